@@ -1,0 +1,25 @@
+"""solvercast: schedule distributed PyTorch FX graphs with constraint solvers.
+
+Pipeline (DESIGN.md): GraphModule --extract--> Problem --solve--> Schedule --lower--> GraphModule,
+with `simulate` / `validate` / `lower_bounds` judging every schedule.
+"""
+
+from solvercast.bounds import Bounds, lower_bounds
+from solvercast.cost import DeviceProfile, get_profile
+from solvercast.errors import (
+    ExtractionError,
+    InfeasibleBudgetError,
+    InvalidProblemError,
+    InvalidScheduleError,
+    SolvercastError,
+)
+from solvercast.extract import extract_problem
+from solvercast.problem import Buffer, Machine, Problem, Role, Task
+from solvercast.schedule import Schedule
+from solvercast.simulate import SimResult, simulate, validate
+
+__all__ = [
+    "Bounds", "Buffer", "DeviceProfile", "ExtractionError", "InfeasibleBudgetError", "InvalidProblemError",
+    "InvalidScheduleError", "Machine", "Problem", "Role", "Schedule", "SimResult", "SolvercastError", "Task",
+    "extract_problem", "get_profile", "lower_bounds", "simulate", "validate",
+]

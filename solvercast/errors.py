@@ -1,0 +1,30 @@
+"""Typed errors: "no solution" is not "bug", and bad input says what to do."""
+
+from __future__ import annotations
+
+
+class SolvercastError(Exception):
+    """Base class of every error solvercast raises on purpose."""
+
+
+class ExtractionError(SolvercastError, ValueError):
+    """The FX graph cannot be turned into a Problem (missing metadata, cycle, unknown shape)."""
+
+
+class InvalidProblemError(SolvercastError, ValueError):
+    """A Problem built by hand breaks one of its own invariants."""
+
+
+class InvalidScheduleError(SolvercastError, ValueError):
+    """A Schedule breaks a rule of the execution semantics (see DESIGN.md)."""
+
+
+class InfeasibleBudgetError(SolvercastError):
+    """No method found a schedule within the memory budget.
+
+    ``best_peak`` is the smallest peak (bytes) any method reached.
+    """
+
+    def __init__(self, message: str, best_peak: int | None = None):
+        super().__init__(message)
+        self.best_peak = best_peak

@@ -1,0 +1,300 @@
+"""FX GraphModule -> Problem.
+
+Reads only the graph and each node's ``meta["val"]`` (fake tensors from
+make_fx, torch.export or AOT); never modifies the input module. One task per
+schedulable node (everything but placeholders, get_attr and output), task ids
+in graph order.
+
+Classification:
+  placeholder / get_attr    graph inputs: resident buffers (or freeable if named)
+  _c10d_functional.*        COMM; asynchronous when a wait_tensor completes it
+  wait_tensor               WAIT; returns its collective's buffer (an alias)
+  ops named in comm_ops     COMM without a wait: synchronous comm ops
+  no fresh storage          FREE (views, reshape of contiguous input, getitem,
+                            detach, alias, ...), unless the op writes an input
+  writes an input (schema)  COMPUTE; aliases the written buffer, and is ordered
+                            after earlier readers and before later ones
+  anything else             COMPUTE
+
+Buffers are storages: two values sharing a storage are one buffer. A node
+uses every storage of every node it reads, which is also how PyTorch's FX
+memory estimator counts uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_flatten
+
+from solvercast import cost
+from solvercast.errors import ExtractionError
+from solvercast.problem import Buffer, Machine, Problem, Role, Task
+
+_WAIT = torch.ops._c10d_functional.wait_tensor.default
+
+
+def _tensors(val) -> list[torch.Tensor]:
+    return [v for v in tree_flatten(val)[0] if isinstance(v, torch.Tensor)]
+
+
+def _hint(n) -> int:
+    """Concrete value of a possibly symbolic int; raises if it has no hint."""
+    if isinstance(n, int):
+        return n
+    if isinstance(n, torch.SymInt):
+        hint = n.node.hint
+        if hint is None:
+            raise ValueError(f"symbolic size {n} has no hint")
+        return int(hint)
+    return int(n)
+
+
+def _storage_key(t: torch.Tensor) -> tuple[int, str]:
+    return (t.untyped_storage()._cdata, str(t.device))
+
+
+def _storage_bytes(t: torch.Tensor) -> int:
+    try:
+        return _hint(t.untyped_storage().nbytes())
+    except (RuntimeError, NotImplementedError):  # e.g. tensor subclasses without a storage
+        return _hint(t.numel()) * t.element_size()
+
+
+def _is_mutation(node: fx.Node) -> list[int]:
+    """Positions of the arguments this op writes, from its schema."""
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return []
+    return [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+
+
+def _matches(node: fx.Node, ops: Iterable) -> bool:
+    target = node.target
+    packet = getattr(target, "overloadpacket", None)
+    for op in ops:
+        if target is op or (packet is not None and packet is op):
+            return True
+        if isinstance(op, str) and op in (str(target), getattr(target, "__name__", None), str(packet)):
+            return True
+    return False
+
+
+def extract_problem(
+    gm: fx.GraphModule,
+    device: str | cost.DeviceProfile = "h100",
+    compute_streams: int = 1,
+    comm_ops: Iterable | None = None,
+    cost_fn: Callable[[fx.Node], float | None] | None = None,
+    *,
+    comm_streams: int = 1,
+    memory_budget: int | None = None,
+    freeable_inputs: Iterable[str] = (),
+    preserve_collective_order: bool = True,
+    default_group_size: int = 8,
+) -> Problem:
+    """Build the scheduling Problem of ``gm``.
+
+    Raises `ExtractionError` naming the node for: a node without
+    ``meta["val"]``, a graph whose nodes are not in dependency order (not a
+    DAG), a shape that cannot be known (symbolic without a hint).
+    """
+    profile = cost.get_profile(device)
+    comm_ops = tuple(comm_ops or ())
+    freeable = set(freeable_inputs)
+    nodes = list(gm.graph.nodes)
+    seen: set[fx.Node] = set()
+    for node in nodes:
+        for inp in node.all_input_nodes:
+            if inp not in seen:
+                raise ExtractionError(
+                    f"node {node.name!r} reads {inp.name!r}, which comes later in the graph: the graph is not a DAG "
+                    "in node order (run graph.lint() and fix the cycle or reorder the nodes)")
+        seen.add(node)
+
+    unknown = freeable - {n.name for n in nodes if n.op in ("placeholder", "get_attr")}
+    if unknown:
+        raise ExtractionError(f"freeable_inputs names no graph input: {sorted(unknown)}")
+
+    # ---- values and storages ------------------------------------------------------------
+    storages_of: dict[fx.Node, list[tuple[int, str]]] = {}
+    alias_of: dict[tuple[int, str], tuple[int, str]] = {}  # wait output storage -> collective's
+    storage_bytes: dict[tuple[int, str], int] = {}
+
+    def canon(key):
+        while key in alias_of:
+            key = alias_of[key]
+        return key
+
+    def value_of(node: fx.Node):
+        if node.op == "get_attr" and "val" not in node.meta:
+            obj = gm
+            for part in str(node.target).split("."):
+                obj = getattr(obj, part)
+            return obj
+        if "val" not in node.meta:
+            raise ExtractionError(
+                f"node {node.name!r} ({node.op} {node.target}) has no meta['val']: trace the model with "
+                "make_fx(..., tracing_mode='fake'), torch.export, or run FakeTensorProp before extracting")
+        return node.meta["val"]
+
+    for node in nodes:
+        if node.op == "output":
+            continue
+        keys = []
+        for t in _tensors(value_of(node)):
+            try:
+                key = _storage_key(t)
+                storage_bytes.setdefault(key, _storage_bytes(t))
+            except ValueError as e:
+                raise ExtractionError(
+                    f"node {node.name!r} ({node.target}): its size cannot be known ({e}); give the symbolic sizes "
+                    "hints (trace with example inputs) or mark them static") from None
+            keys.append(key)
+        storages_of[node] = keys
+
+    # ---- classification ------------------------------------------------------------------
+    task_nodes = [n for n in nodes if n.op not in ("placeholder", "get_attr", "output")]
+    task_id = {n: i for i, n in enumerate(task_nodes)}
+
+    def collective_behind(node: fx.Node) -> fx.Node | None:
+        """The collective a wait completes, looking through getitem of coalesced results."""
+        while node in task_id and not cost.is_collective(node):
+            if node.op == "call_function" and node.target.__name__ == "getitem" and node.args:
+                node = node.args[0]
+            else:
+                return None
+        return node if node in task_id else None
+
+    primary_wait: dict[fx.Node, fx.Node] = {}
+    for node in task_nodes:
+        if node.op == "call_function" and node.target is _WAIT:
+            coll = collective_behind(node.args[0])
+            if coll is None:
+                raise ExtractionError(
+                    f"wait {node.name!r} does not wait on a collective ({node.args[0]}); "
+                    "only _c10d_functional collectives have separate waits")
+            primary_wait.setdefault(coll, node)
+
+    known_storages: set[tuple[int, str]] = set()
+    for node in nodes:
+        if node.op in ("placeholder", "get_attr"):
+            known_storages.update(storages_of[node])
+
+    tasks: list[Task] = []
+    extra_edges: list[tuple[int, int]] = []
+    allocates: dict[fx.Node, list[tuple[int, str]]] = {}
+    for node in task_nodes:
+        op_name = str(node.target)
+        is_wait = node.op == "call_function" and node.target is _WAIT
+        writes = _is_mutation(node)
+        if is_wait:
+            coll = collective_behind(node.args[0])
+            if primary_wait[coll] is node:
+                # a wait hands back its collective's buffer
+                for mine, theirs in zip(storages_of[node], storages_of[node.args[0]]):
+                    if canon(mine) != canon(theirs):
+                        alias_of[mine] = canon(theirs)
+                role = Role.WAIT
+                extra_edges.append((task_id[coll], task_id[node]))
+            else:  # a second wait on a coalesced collective: completed already by the first
+                for mine, theirs in zip(storages_of[node], storages_of[node.args[0]]):
+                    if canon(mine) != canon(theirs):
+                        alias_of[mine] = canon(theirs)
+                role = Role.FREE
+                extra_edges.append((task_id[primary_wait[coll]], task_id[node]))
+        fresh = [k for k in storages_of[node] if canon(k) not in known_storages]
+        for k in storages_of[node]:
+            known_storages.add(canon(k))
+        allocates[node] = [canon(k) for k in fresh]
+        if is_wait:
+            pass
+        elif cost.is_collective(node):
+            role = Role.COMM
+        elif _matches(node, comm_ops):
+            role = Role.COMM
+        elif not fresh and not writes:
+            role = Role.FREE
+        else:
+            role = Role.COMPUTE
+
+        duration, occupancy = 0, 1.0
+        if role in (Role.COMPUTE, Role.COMM):
+            try:
+                if role == Role.COMM and not cost.is_collective(node):
+                    seconds = cost_fn(node) if cost_fn is not None else None
+                    if seconds is None:
+                        nbytes = sum(storage_bytes[k] for k in storages_of[node])
+                        seconds = cost.collective_time("all_reduce", nbytes, default_group_size, profile)
+                    occupancy = 1.0
+                else:
+                    seconds, occupancy = cost.node_cost(node, profile, cost_fn=cost_fn,
+                                                        default_group_size=default_group_size)
+            except ExtractionError:
+                raise
+            except Exception as e:  # the cost model cannot size this op
+                raise ExtractionError(f"node {node.name!r} ({op_name}): cannot estimate its cost: {e}") from e
+            duration = cost.to_ns(seconds)
+        tasks.append(Task(name=node.name, role=role, duration=duration, occupancy=min(1.0, max(occupancy, 1e-6)),
+                          waits_for=task_id[collective_behind(node.args[0])] if role == Role.WAIT else None,
+                          op=op_name))
+
+    # ---- buffers -------------------------------------------------------------------------
+    producer: dict[tuple[int, str], int | None] = {}
+    input_name: dict[tuple[int, str], str] = {}
+    for node in nodes:
+        if node.op in ("placeholder", "get_attr"):
+            for k in storages_of[node]:
+                k = canon(k)
+                if k not in producer:
+                    producer[k] = None
+                    input_name[k] = node.name
+        elif node in task_id:
+            for k in allocates[node]:
+                producer.setdefault(k, task_id[node])
+
+    users: dict[tuple[int, str], set[int]] = {k: set() for k in producer}
+    edges: set[tuple[int, int]] = set(extra_edges)
+    last_readers: dict[tuple[int, str], list[int]] = {}  # readers since the last write, per storage
+    last_writer: dict[tuple[int, str], int] = {}
+    for node in task_nodes:
+        t = task_id[node]
+        for inp in node.all_input_nodes:
+            if inp in task_id:
+                edges.add((task_id[inp], t))
+            for k in storages_of.get(inp, ()):
+                k = canon(k)
+                users[k].add(t)
+                if k in last_writer and last_writer[k] != t:
+                    edges.add((last_writer[k], t))  # read after write
+                last_readers.setdefault(k, []).append(t)
+        written = set()
+        for i in _is_mutation(node):
+            if i < len(node.args) and isinstance(node.args[i], fx.Node):
+                written.update(canon(k) for k in storages_of.get(node.args[i], ()))
+        for k in written:
+            for r in last_readers.get(k, []):
+                if r != t:
+                    edges.add((r, t))  # write after read
+            last_writer[k] = t
+            last_readers[k] = []
+
+    output_storages: set[tuple[int, str]] = set()
+    for node in nodes:
+        if node.op == "output":
+            for inp in node.all_input_nodes:
+                output_storages.update(canon(k) for k in storages_of.get(inp, ()))
+
+    buffers = []
+    for k, prod in producer.items():
+        name = input_name.get(k) or task_nodes[prod].name
+        buffers.append(Buffer(name=name, size=storage_bytes[k], producer=prod, users=tuple(users[k]),
+                              is_output=k in output_storages, freeable=prod is None and name in freeable))
+
+    machine = Machine(compute_streams=compute_streams, comm_streams=comm_streams,
+                      sync_overhead=cost.to_ns(profile.sync_overhead), memory_budget=memory_budget)
+    return Problem(tasks=tuple(tasks), edges=tuple(edges), buffers=tuple(buffers), machine=machine,
+                   preserve_collective_order=preserve_collective_order,
+                   name=getattr(gm, "_solvercast_name", type(gm).__name__))
