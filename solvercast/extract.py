@@ -278,6 +278,9 @@ def extract_problem(
             for r in last_readers.get(k, []):
                 if r != t:
                     edges.add((r, t))  # write after read
+                wait = primary_wait.get(task_nodes[r])
+                if wait is not None and task_id[wait] < t:
+                    edges.add((task_id[wait], t))  # the collective reads it until its wait
             last_writer[k] = t
             last_readers[k] = []
 

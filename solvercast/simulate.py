@@ -3,7 +3,8 @@
 `simulate` replays the host program order (DESIGN.md, "Execution semantics"):
 each stream runs its tasks in program order; a dependency produced on another
 stream costs `sync_overhead`; an asynchronous collective waits for the work
-enqueued before it on the default compute stream; compute tasks on different
+enqueued before it on the default compute stream and for its inputs to
+reach that stream; compute tasks on different
 streams never exceed a total occupancy of 1 (each task is placed at the
 earliest time that fits, in program order: a serial schedule generation).
 Memory follows the caching allocator as the host sees it (see `memory_profile`).
@@ -164,10 +165,16 @@ def simulate(problem: Problem, schedule: Schedule) -> SimResult:
         if task.role == Role.FREE:  # no stream, no time: just passes readiness on
             start[t] = end[t] = max((end[p] for p in problem.sync_preds[t]), default=0)
             continue
-        est = max(ready, stream_free[s])
         if task.role == Role.COMM and t in problem.wait_of:
-            # launched from the default stream: waits for the work enqueued there before it
-            est = max(est, stream_free[0] + sync)
+            # Launched from the default stream, as a zero-time point there: the
+            # default stream first waits for the collective's inputs (as for any
+            # task on it), then the comm stream waits for the default stream.
+            launch = stream_free[0]
+            for p in problem.sync_preds[t]:
+                launch = max(launch, end[p] + (sync if streams[p] != 0 else 0))
+            stream_free[0] = launch
+            ready = launch + sync
+        est = max(ready, stream_free[s])
         if share_gpu and machine.is_compute_stream(s) and task.duration:
             floor = min(stream_free[c] for c in machine.compute_stream_ids)
             active = [iv for iv in active if iv[1] > floor]
@@ -181,9 +188,9 @@ def simulate(problem: Problem, schedule: Schedule) -> SimResult:
     makespan = max(end, default=0)
     compute_busy = max((busy[c] for c in machine.compute_stream_ids), default=0)
     mem = memory_profile(problem, order)
-    peak = mem.peak
-    if share_gpu:
-        peak = max(peak, _time_peak(problem, start, end))
+    # DESIGN: with one compute stream the host's program order is the timeline;
+    # with several, buffers live from their producer's start to their last user's end.
+    peak = _time_peak(problem, start, end) if share_gpu else mem.peak
     return SimResult(
         makespan=makespan,
         exposed_comm=makespan - compute_busy,
