@@ -1,0 +1,538 @@
+"""CP-SAT model: program order, streams and launch/wait placement under a memory budget.
+
+The model reads top to bottom: scale, variables, constraints, objective,
+hint, solve, extract. Its semantics are `simulate`'s (DESIGN.md):
+
+* Every task with a stream (all but FREE views) gets a start; tasks with a
+  choice of stream get one optional interval per stream, exactly one present.
+  A NoOverlap per stream. Zero-length intervals (waits) still cannot sit
+  strictly inside another task on their stream, so a wait blocks its stream.
+* An asynchronous collective c also gets a *launch point* l_c: a zero-length
+  interval on the default stream 0, after c's inputs are ready there; c starts
+  no earlier than l_c + sync. This is exactly `simulate`'s launch rule.
+* A dependency between real tasks on different streams costs the sync
+  overhead (reified on "same stream" when streams are free).
+* With several compute streams, one cumulative over occupancy keeps the GPU
+  at most full.
+* Memory: one AddCumulative over buffer lifetimes (never a reservoir: far
+  slower here, see shared/notes/cpsat-scaling.md). With one compute stream the
+  peak is taken in host program order: every task gets a *program time*
+  P = K * (its instant) + a tie-breaking offset, where K > 2n, and zero-length
+  points (waits, launches, views) sit in the lower half of an instant, tasks
+  that take time in the upper half. Sorting by P gives the program order, and
+  a buffer lives from P(producer) to P(last user) inclusive, which is the
+  simulator's rule exactly. With several compute streams memory is taken over
+  time: a buffer lives from its producer's start to its last user's end.
+* Collectives keep their original order (SPMD safety) unless told otherwise.
+
+The program order of a solution is the tasks sorted by program time; the
+schedule is then re-simulated, and never returned if worse than the hint.
+Any feasible model solution re-simulates to a makespan no larger than the
+model's (serial schedule generation on start-sorted lists never starts a task
+later), so the model's optimum is the simulator's optimum for one compute
+stream; with several, re-simulation may move buffer lifetimes, and the result
+is checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+
+from ortools.sat.python import cp_model
+
+from solvercast.bounds import earliest_starts, latest_starts
+from solvercast.errors import InfeasibleBudgetError
+from solvercast.problem import Problem, Role
+from solvercast.schedule import Schedule
+from solvercast.simulate import SimResult, simulate, validate
+from solvercast.solvers.result import SolveResult, SolveStatus
+
+MAX_MODEL_HORIZON = 2_000_000  # time units the model works in; larger horizons are scaled down
+OCCUPANCY_SCALE = 1000
+
+
+def scale_problem(problem: Problem, factor: int) -> Problem:
+    """Durations and sync divided by ``factor``, rounded up: any schedule of the
+    scaled problem, scaled back, is a feasible timing of the real one."""
+    if factor == 1:
+        return problem
+    tasks = tuple(dataclasses.replace(t, duration=-(-t.duration // factor)) for t in problem.tasks)
+    machine = dataclasses.replace(problem.machine, sync_overhead=-(-problem.machine.sync_overhead // factor))
+    return dataclasses.replace(problem, tasks=tasks, machine=machine)
+
+
+class _Model:
+    """One CP-SAT model of a (scaled) problem with a horizon."""
+
+    def __init__(self, problem: Problem, horizon: int, budget: int | None):
+        self.p = problem
+        self.horizon = horizon
+        self.budget = budget
+        self.m = cp_model.CpModel()
+        n = problem.num_tasks
+        self.n = n
+        self.single_stream = problem.machine.compute_streams == 1
+        self.K = 2 * (n + 1)  # program-time ticks per time unit (one compute stream only)
+        self.half = n + 1
+        self.timed = [t for t in range(n) if problem.tasks[t].role != Role.FREE]
+        self.start: dict[int, cp_model.IntVar] = {}
+        self.on: dict[int, dict[int, cp_model.IntVar | int]] = {}  # task -> stream -> literal (or 1)
+        self.intervals: dict[int, list] = {s: [] for s in range(problem.machine.num_streams)}
+        self.launch: dict[int, cp_model.IntVar] = {}
+        self.ptime: dict[int, cp_model.IntVar] = {}
+        self.same: dict[tuple[int, int], cp_model.IntVar] = {}
+        self.lifetime_end: dict[int, cp_model.IntVar] = {}
+        self.comm_before: dict[tuple[int, int], cp_model.IntVar] = {}
+        self.lifetimes: list = []  # (born, size, end, buffer) of each memory interval
+        self._pending_program_order: list = []  # (a, b, condition): a before b in program time
+
+    # ---- variables --------------------------------------------------------------------------
+    def add_variables(self) -> None:
+        p, m = self.p, self.m
+        est = earliest_starts(p)
+        lst = latest_starts(p, self.horizon)
+        for t in self.timed:
+            task = p.tasks[t]
+            lo, hi = est[t], max(est[t], lst[t])
+            s = m.NewIntVar(lo, hi, f"start_{task.name}")
+            self.start[t] = s
+            streams = list(p.allowed_streams(t))
+            if len(streams) == 1:
+                self.on[t] = {streams[0]: 1}
+                self.intervals[streams[0]].append((t, m.NewFixedSizeIntervalVar(s, task.duration, f"iv_{task.name}")))
+                continue
+            self.on[t] = {}
+            for k in streams:
+                lit = m.NewBoolVar(f"on_{task.name}_s{k}")
+                self.on[t][k] = lit
+                self.intervals[k].append(
+                    (t, m.NewOptionalFixedSizeIntervalVar(s, task.duration, lit, f"iv_{task.name}_s{k}")))
+            m.AddExactlyOne(self.on[t].values())
+        for c in p.wait_of:
+            self.launch[c] = m.NewIntVar(0, max(0, max(est[c], lst[c]) - p.machine.sync_overhead),
+                                         f"launch_{p.tasks[c].name}")
+            self.intervals[0].append((c, m.NewFixedSizeIntervalVar(self.launch[c], 0, f"launch_iv_{p.tasks[c].name}")))
+        self.makespan = m.NewIntVar(max(est[t] + p.tasks[t].duration for t in self.timed) if self.timed else 0,
+                                    self.horizon, "makespan")
+
+    def _sync_cost(self, a: int, b: int):
+        """sync * [a and b run on different streams], as a linear expression."""
+        sync = self.p.machine.sync_overhead
+        if sync == 0:
+            return 0
+        sa, sb = self.on[a], self.on[b]
+        common = set(sa) & set(sb)
+        if not common:
+            return sync
+        if len(sa) == 1 and len(sb) == 1:
+            return 0  # both pinned to the same stream
+        key = (a, b)
+        if key not in self.same:
+            same = self.m.NewBoolVar(f"same_{self.p.tasks[a].name}_{self.p.tasks[b].name}")
+            for k in set(sa) | set(sb):
+                la, lb = sa.get(k, 0), sb.get(k, 0)
+                # same => (a on k <=> b on k)
+                if isinstance(la, int) and isinstance(lb, int):
+                    if la != lb:
+                        self.m.Add(same == 0)
+                    continue
+                self.m.Add(la == lb).OnlyEnforceIf(same)
+            # "not same" is left free: the sync is then paid, which only a worse solution would choose
+            self.same[key] = same
+        return sync - sync * self.same[key]
+
+    def _on_stream0(self, t: int):
+        """sync cost for a value of t to reach the default stream."""
+        sync = self.p.machine.sync_overhead
+        lit = self.on[t].get(0)
+        if lit is None:
+            return sync
+        if sync == 0 or isinstance(lit, int):
+            return 0
+        return sync - sync * lit
+
+    # ---- constraints ------------------------------------------------------------------------
+    def add_constraints(self) -> None:
+        self._no_overlap_per_stream()
+        self._precedences()
+        self._launches()
+        self._collective_order()
+        self._occupancy()
+        if self.single_stream:
+            self._program_times()
+        if self.budget is not None:
+            self._memory()
+        for t in self.timed:
+            self.m.Add(self.makespan >= self.start[t] + self.p.tasks[t].duration)
+
+    def _no_overlap_per_stream(self) -> None:
+        for ivs in self.intervals.values():
+            if len(ivs) > 1:
+                self.m.AddNoOverlap([iv for _, iv in ivs])
+
+    def _precedences(self) -> None:
+        p = self.p
+        for t in self.timed:
+            if t in self.launch:
+                continue  # an async collective waits for its inputs through its launch point
+            for q in p.sync_preds[t]:
+                self.m.Add(self.start[t] >= self.start[q] + p.tasks[q].duration + self._sync_cost(q, t))
+
+    def _launches(self) -> None:
+        p = self.p
+        sync = p.machine.sync_overhead
+        for c, l in self.launch.items():
+            for q in p.sync_preds[c]:
+                self.m.Add(l >= self.start[q] + p.tasks[q].duration + self._on_stream0(q))
+            self.m.Add(self.start[c] >= l + sync)
+
+    def _collective_order(self) -> None:
+        """Comm streams run collectives in launch (program) order."""
+        p, m = self.p, self.m
+        comms = [c for c in p.comm_tasks]
+        if len(comms) < 2:
+            return
+        if p.preserve_collective_order:
+            for a, b in zip(comms, comms[1:]):
+                self._comm_precede(a, b)
+            # non-consecutive pairs on a shared comm stream follow from the chain on one comm stream;
+            # with several, order each pair that may share one
+            if p.machine.comm_streams > 1 or any(not p.is_async_comm(c) for c in comms):
+                for i, a in enumerate(comms):
+                    for b in comms[i + 1:]:
+                        self._same_stream_order(a, b)
+            return
+        for i, a in enumerate(comms):
+            for b in comms[i + 1:]:
+                before = m.NewBoolVar(f"before_{p.tasks[a].name}_{p.tasks[b].name}")
+                self.comm_before[(a, b)] = before
+                self._comm_precede(a, b, before)
+                self._comm_precede(b, a, before.Not())
+
+    def _program_key(self, c: int):
+        return self.ptime[c] if self.single_stream else self.launch.get(c, self.start[c])
+
+    def _comm_precede(self, a: int, b: int, enforce=None) -> None:
+        """a before b in program order, and on their comm stream if they share one."""
+        p, m = self.p, self.m
+        cond = [] if enforce is None else [enforce]
+        if self.single_stream:
+            self._pending_program_order.append((a, b, enforce))
+        else:
+            la, lb = self._program_key(a), self._program_key(b)
+            # ties at one instant are broken by task id
+            m.Add(lb >= la + (0 if a < b else 1)).OnlyEnforceIf(cond)
+        self._same_stream_order(a, b, cond)
+
+    def _same_stream_order(self, a: int, b: int, cond=()) -> None:
+        p, m = self.p, self.m
+        shared = set(self.on[a]) & set(self.on[b]) & set(p.machine.comm_stream_ids)
+        for k in shared:
+            lits = [x for x in (self.on[a][k], self.on[b][k]) if not isinstance(x, int)]
+            m.Add(self.start[b] >= self.start[a] + p.tasks[a].duration).OnlyEnforceIf(list(cond) + lits)
+
+    def _occupancy(self) -> None:
+        p = self.p
+        if self.single_stream:
+            return
+        ivs, demands = [], []
+        for k in p.machine.compute_stream_ids:
+            for t, iv in self.intervals[k]:
+                task = p.tasks[t]
+                if t in self.launch or task.duration == 0:  # launch points and waits take no GPU
+                    continue
+                ivs.append(iv)
+                demands.append(math.ceil(task.occupancy * OCCUPANCY_SCALE - 1e-9))
+        if ivs:
+            self.m.AddCumulative(ivs, demands, OCCUPANCY_SCALE)
+
+    def _program_times(self) -> None:
+        """One compute stream: program time P per task (see module docstring)."""
+        p, m, K, half = self.p, self.m, self.K, self.half
+        top = K * (self.horizon + 1)
+        for t in range(self.n):
+            self.ptime[t] = m.NewIntVar(0, top, f"ptime_{p.tasks[t].name}")
+        for t in self.timed:
+            if t in self.launch:
+                anchor, upper = self.launch[t], False
+            else:
+                anchor, upper = self.start[t], p.tasks[t].duration > 0
+            lo = half if upper else 0
+            on_default = 1 if t in self.launch else self.on[t].get(0)
+            if on_default is None:
+                continue  # runs on a comm stream: its program time is free but for precedence and order
+            cond = [] if isinstance(on_default, int) else [on_default]
+            m.Add(self.ptime[t] >= K * anchor + lo).OnlyEnforceIf(cond)
+            m.Add(self.ptime[t] <= K * anchor + lo + half - 1).OnlyEnforceIf(cond)
+        for u, v in p.edges:
+            m.Add(self.ptime[v] >= self.ptime[u] + 1)
+        for a, b, enforce in self._pending_program_order:
+            cond = [] if enforce is None else [enforce]
+            m.Add(self.ptime[b] >= self.ptime[a] + 1).OnlyEnforceIf(cond)
+
+    def _memory(self) -> None:
+        p, m = self.p, self.m
+        capacity = self.budget - p.resident_bytes
+        if capacity < 0:
+            m.AddBoolOr([])  # resident inputs alone exceed the budget
+            return
+        if self.single_stream:
+            top = self.K * (self.horizon + 1) + 1
+            point = lambda t: self.ptime[t]  # noqa: E731
+            after = lambda t: self.ptime[t] + 1  # noqa: E731
+        else:
+            top = self.horizon + 1
+            point = lambda t: self.start[t]  # noqa: E731
+            after = lambda t: self.start[t] + p.tasks[t].duration  # noqa: E731
+        ivs, demands = [], []
+        for b, buf in enumerate(p.buffers):
+            if buf.size == 0 or (buf.is_input and not buf.freeable):
+                continue
+            users = p.buffer_users[b]
+            if buf.is_input and not users:
+                continue
+            born = 0 if buf.is_input else point(buf.producer)
+            if buf.is_output:
+                end = top
+            else:
+                end = m.NewIntVar(0, top, f"dies_{buf.name}")
+                self.lifetime_end[b] = end
+                ends = set(users) | ({buf.producer} if buf.producer is not None else set())
+                for u in ends:
+                    if self.single_stream or p.tasks[u].role != Role.FREE:
+                        m.Add(end >= after(u))
+                    else:  # a view ends when the values it passes on are ready
+                        for q in p.sync_preds[u]:
+                            m.Add(end >= after(q))
+                if buf.producer is not None:
+                    m.Add(end >= born + 1)
+            size = m.NewIntVar(0, top, f"life_{buf.name}")
+            self.lifetimes.append((born, size, end, b))
+            ivs.append(m.NewIntervalVar(born, size, end, f"buf_{buf.name}"))
+            demands.append(buf.size)
+        if ivs:
+            m.AddCumulative(ivs, demands, capacity)
+
+    # ---- objective and hint --------------------------------------------------------------------
+    def add_objective(self) -> None:
+        self.m.Minimize(self.makespan)
+
+    def add_hint(self, schedule: Schedule, sim: SimResult) -> None:
+        """A complete hint: every variable gets the value the schedule implies."""
+        p, m = self.p, self.m
+        for t in self.timed:
+            m.AddHint(self.start[t], sim.start[t])
+            for k, lit in self.on[t].items():
+                if not isinstance(lit, int):
+                    m.AddHint(lit, int(sim.streams[t] == k))
+        launch = self._launch_points(schedule, sim)
+        for c, l in self.launch.items():
+            m.AddHint(l, launch[c])
+        for (a, b), same in self.same.items():
+            m.AddHint(same, int(sim.streams[a] == sim.streams[b]))
+        pos = schedule.positions()
+        for (a, b), lit in self.comm_before.items():
+            m.AddHint(lit, int(pos[a] < pos[b]))
+        m.AddHint(self.makespan, sim.makespan)
+        if self.single_stream:
+            ptime = self._program_time_hint(schedule, sim, launch)
+            for t, var in self.ptime.items():
+                m.AddHint(var, ptime[t])
+        else:
+            ptime = None
+        if self.budget is not None:
+            for b, end in self.lifetime_end.items():
+                buf = p.buffers[b]
+                ends = set(p.buffer_users[b]) | ({buf.producer} if buf.producer is not None else set())
+                if self.single_stream:
+                    value = max(ptime[u] + 1 for u in ends)
+                else:
+                    value = max(sim.end[u] for u in ends)
+                    if buf.producer is not None:
+                        value = max(value, sim.start[buf.producer] + 1)
+                m.AddHint(end, value)
+            for born, size, end, b in self.lifetimes:
+                born_value = born if isinstance(born, int) else (
+                    ptime[p.buffers[b].producer] if self.single_stream else sim.start[p.buffers[b].producer])
+                end_value = end if isinstance(end, int) else None
+                if end_value is None:
+                    buf = p.buffers[b]
+                    ends = set(p.buffer_users[b]) | ({buf.producer} if buf.producer is not None else set())
+                    end_value = max(ptime[u] + 1 for u in ends) if self.single_stream else max(
+                        [sim.end[u] for u in ends] + ([born_value + 1] if buf.producer is not None else []))
+                m.AddHint(size, end_value - born_value)
+
+    def _launch_points(self, schedule: Schedule, sim: SimResult) -> dict[int, int]:
+        """Replay the default stream to find where each collective was launched."""
+        p = self.p
+        sync = p.machine.sync_overhead
+        launch = {}
+        free0 = 0
+        for t in schedule.order:
+            if t in p.wait_of:
+                at = free0
+                for q in p.sync_preds[t]:
+                    at = max(at, sim.end[q] + (sync if sim.streams[q] != 0 else 0))
+                launch[t] = free0 = at
+            elif p.tasks[t].role != Role.FREE and sim.streams[t] == 0:
+                free0 = sim.end[t]
+        return launch
+
+    def _program_time_hint(self, schedule: Schedule, sim: SimResult, launch: dict[int, int]) -> dict[int, int]:
+        """Program times that sort exactly into the schedule's order."""
+        p, K, half = self.p, self.K, self.half
+        ptime = {}
+        clock, upper = 0, False  # instants on the default stream only grow along the order
+        for rank, t in enumerate(schedule.order):
+            task = p.tasks[t]
+            if t in launch:
+                instant, takes_time = launch[t], False
+            elif task.role != Role.FREE and sim.streams[t] == 0:
+                instant, takes_time = sim.start[t], task.duration > 0
+            else:  # views and comm-stream ops take the current program time
+                instant, takes_time = clock, False
+            if instant > clock:
+                clock, upper = instant, False
+            upper = upper or takes_time
+            ptime[t] = K * clock + (half if upper else 0) + rank
+        return ptime
+
+    # ---- extraction ---------------------------------------------------------------------------
+    def extract(self, solver: cp_model.CpSolver) -> Schedule:
+        p = self.p
+        streams = {}
+        for t in self.timed:
+            for k, lit in self.on[t].items():
+                if isinstance(lit, int) or solver.Value(lit):
+                    streams[t] = k
+                    break
+        if self.single_stream:
+            key = {t: (solver.Value(self.ptime[t]), t) for t in range(self.n)}
+        else:
+            key = {}
+            for t in self.timed:
+                if t in self.launch:
+                    key[t] = (solver.Value(self.launch[t]), 0, t)
+                else:
+                    key[t] = (solver.Value(self.start[t]), int(p.tasks[t].duration > 0), t)
+            for t in range(self.n):  # views: when their inputs are ready, in topological (id) order
+                if p.tasks[t].role == Role.FREE:
+                    ready = max((solver.Value(self.start[q]) + p.tasks[q].duration for q in p.sync_preds[t]),
+                                default=0)
+                    key[t] = (ready, 0, t)
+        order = _topological_by_key(p, key)
+        return Schedule(order=order, streams=streams, method="cpsat")
+
+
+def _topological_by_key(problem: Problem, key: dict) -> list[int]:
+    """Sort by key, but never put a task before its predecessors (guards ties)."""
+    import heapq
+
+    indeg = [len(ps) for ps in problem.preds]
+    heap = [(key[t], t) for t in range(problem.num_tasks) if indeg[t] == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        _, t = heapq.heappop(heap)
+        order.append(t)
+        for s in problem.succs[t]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(heap, (key[s], s))
+    return order
+
+
+def solve_cpsat(
+    problem: Problem,
+    time_limit: float = 10.0,
+    memory_budget: int | None = None,
+    hint: Schedule | None = None,
+    *,
+    deterministic: bool = True,
+    workers: int = 2,
+    seed: int = 0,
+    log_progress: bool | Callable[[str], None] = False,
+    debug_hint: bool = False,
+) -> SolveResult:
+    """Solve ``problem`` with CP-SAT, warm-started from ``hint``.
+
+    ``memory_budget`` defaults to the problem's machine budget. With
+    ``deterministic`` the time limit is CP-SAT's deterministic time (same
+    answer on every run and rank) instead of wall-clock seconds.
+
+    Returns the better of the solver's schedule and the hint, judged by
+    `simulate`; the status says which. Raises `InfeasibleBudgetError` when the
+    solver proves no schedule fits the budget.
+    """
+    t0 = time.perf_counter()
+    budget = problem.machine.memory_budget if memory_budget is None else memory_budget
+    hint_sim = validate(problem, hint, memory_budget=budget) if hint is not None else None
+
+    serial = sum(t.duration for t in problem.tasks) + 2 * problem.machine.sync_overhead * problem.num_tasks
+    horizon = hint_sim.makespan if hint_sim is not None else serial
+    factor = max(1, math.ceil(horizon / MAX_MODEL_HORIZON))
+    scaled = scale_problem(problem, factor)
+    scaled_hint_sim = simulate(scaled, hint) if hint is not None else None
+    model_horizon = scaled_hint_sim.makespan if scaled_hint_sim is not None else -(-serial // factor)
+
+    model = _Model(scaled, model_horizon, budget)
+    model.add_variables()
+    model.add_constraints()
+    model.add_objective()
+    if hint is not None:
+        model.add_hint(hint, scaled_hint_sim)
+
+    solver = cp_model.CpSolver()
+    params = solver.parameters
+    params.num_workers = workers
+    params.random_seed = seed
+    if deterministic:
+        params.max_deterministic_time = time_limit
+        params.interleave_search = False
+    params.max_time_in_seconds = time_limit if not deterministic else max(time_limit * 3, time_limit + 5)
+    if hint is not None:
+        params.repair_hint = True
+    if debug_hint:
+        params.debug_crash_on_bad_hint = True
+    if log_progress:
+        params.log_search_progress = True
+        if callable(log_progress):
+            solver.log_callback = log_progress
+    status = solver.Solve(model.m)
+    wall = time.perf_counter() - t0
+    name = solver.StatusName(status)
+    bound = int(solver.BestObjectiveBound()) * factor if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
+    stats = {"scale": factor, "variables": len(model.m.Proto().variables),
+             "constraints": len(model.m.Proto().constraints), "branches": solver.NumBranches()}
+
+    if status == cp_model.INFEASIBLE:
+        raise InfeasibleBudgetError(
+            f"CP-SAT proved that no schedule keeps peak memory within {budget} B"
+            + (f" (smallest peak a heuristic found: {hint_sim.peak_memory} B)" if hint_sim else ""),
+            best_peak=hint_sim.peak_memory if hint_sim else None)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if hint is None:
+            return SolveResult(None, SolveStatus.NO_SOLUTION, None, None, None, wall, name,
+                               f"CP-SAT found no schedule in {time_limit:g} s ({name})", stats)
+        return SolveResult(hint, SolveStatus.HINT_KEPT, hint_sim, None, None, wall, name,
+                           f"CP-SAT found no solution in {time_limit:g} s ({name}); kept the warm start", stats)
+
+    schedule = model.extract(solver)
+    objective = int(solver.ObjectiveValue()) * factor
+    try:
+        sim = validate(problem, schedule, memory_budget=budget)
+    except Exception as e:  # the model and the simulator disagree: keep the hint, say so
+        if hint is None:
+            raise
+        return SolveResult(hint, SolveStatus.HINT_KEPT, hint_sim, objective, bound, wall, name,
+                           f"CP-SAT's schedule failed validation ({e}); kept the warm start", stats)
+    if hint_sim is not None and sim.makespan >= hint_sim.makespan:
+        msg = "CP-SAT proved the warm start optimal" if status == cp_model.OPTIMAL else \
+            "CP-SAT found nothing better than the warm start"
+        solved = SolveStatus.OPTIMAL if status == cp_model.OPTIMAL and factor == 1 else SolveStatus.HINT_KEPT
+        return SolveResult(hint, solved, hint_sim, objective, bound, wall, name, msg, stats)
+    solved = SolveStatus.OPTIMAL if status == cp_model.OPTIMAL and factor == 1 else SolveStatus.FEASIBLE
+    return SolveResult(schedule, solved, sim, objective, bound, wall, name, "", stats)
