@@ -23,3 +23,8 @@ __all__ = [
     "InvalidScheduleError", "Machine", "Problem", "Role", "Schedule", "SimResult", "SolvercastError", "Task",
     "extract_problem", "get_profile", "lower_bounds", "simulate", "validate",
 ]
+
+from solvercast.api import OptimizeResult, SolvercastPass, optimize  # noqa: E402  (needs the names above)
+from solvercast.report import Report  # noqa: E402
+
+__all__ += ["OptimizeResult", "Report", "SolvercastPass", "optimize"]

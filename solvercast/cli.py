@@ -1,0 +1,134 @@
+"""`solvercast optimize ...` and `solvercast models`.
+
+Bad input ends with one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def _parse_value(text: str):
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _parse_params(items: list[str]) -> dict:
+    params = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--param takes key=value, got {item!r}")
+        params[key] = _parse_value(value)
+    return params
+
+
+def _parse_budget(text: str | None):
+    if text is None or text.lower() == "none":
+        return None
+    value = _parse_value(text)
+    if not isinstance(value, (int, float)):
+        raise ValueError(f"--memory-budget takes bytes (int), a ratio of the original peak (float) or none, got {text!r}")
+    return value
+
+
+def _load_exported(path: str):
+    import torch
+
+    try:
+        program = torch.export.load(path)
+    except FileNotFoundError:
+        raise ValueError(f"cannot read {path!r}: no such file") from None
+    except Exception as e:
+        raise ValueError(f"cannot read {path!r} as a torch.export program: {type(e).__name__}: {e}") from None
+    return program.graph_module
+
+
+def cmd_models(args) -> int:
+    from solvercast.models import describe
+
+    for name, info in describe().items():
+        defaults = ", ".join(f"{k}={v}" for k, v in info["defaults"].items())
+        print(f"{name:12s} {info['description']}\n{'':12s} defaults: {defaults}")
+    return 0
+
+
+def cmd_optimize(args) -> int:
+    from solvercast.api import optimize
+
+    started = time.perf_counter()
+
+    def say(msg: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    if args.exported:
+        gm = _load_exported(args.exported)
+    else:
+        from solvercast.models import build
+
+        say(f"building model {args.model}")
+        gm = build(args.model, **_parse_params(args.param))
+    res = optimize(gm, time_limit=args.time_limit, memory_budget=_parse_budget(args.memory_budget),
+                   device=args.device, compute_streams=args.streams, method=args.method,
+                   preserve_collective_order=not args.reorder_collectives, deterministic=not args.wall_clock,
+                   progress=say)
+    print(res.report)
+    if args.trace:
+        res.save_trace(args.trace)
+        print(f"trace written to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")
+    if args.plot:
+        res.plot(args.plot)
+        print(f"plot written to {args.plot}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res.report.to_dict(), f, indent=2)
+        print(f"report written to {args.json}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="solvercast", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    opt = sub.add_parser("optimize", help="optimize a built-in model or an exported program")
+    src = opt.add_mutually_exclusive_group()
+    src.add_argument("--model", default="tp_block", help="built-in model (see `solvercast models`)")
+    src.add_argument("--exported", help="a program saved with torch.export.save (.pt2)")
+    opt.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="model parameter, repeatable")
+    opt.add_argument("--time-limit", type=float, default=10.0, help="seconds for the whole optimization")
+    opt.add_argument("--memory-budget", default=None,
+                     help="bytes (int), ratio of the original peak (float, e.g. 1.0), or none (default 1.0)")
+    opt.add_argument("--device", default="h100", help="h100, a100 or h200")
+    opt.add_argument("--streams", type=int, default=1, help="compute streams")
+    opt.add_argument("--method", default="auto", help="auto, cpsat, milp, heuristic, list, comm_priority, original")
+    opt.add_argument("--reorder-collectives", action="store_true",
+                     help="let collectives change their relative order (unsafe across ranks unless all agree)")
+    opt.add_argument("--wall-clock", action="store_true", help="wall-clock time limit instead of a deterministic one")
+    opt.add_argument("--trace", help="write a Chrome trace (JSON) of baseline and optimized schedules")
+    opt.add_argument("--plot", help="write a PNG: Gantt per stream and memory against the budget")
+    opt.add_argument("--json", help="write the report as JSON")
+    opt.set_defaults(func=cmd_optimize)
+    models = sub.add_parser("models", help="list the built-in models")
+    models.set_defaults(func=cmd_models)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from solvercast.errors import SolvercastError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (SolvercastError, ValueError, TypeError) as e:
+        print(f"solvercast: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

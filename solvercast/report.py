@@ -1,0 +1,108 @@
+"""Baseline vs optimized, in figures `simulate` produced, with bounds and gaps."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from solvercast.bounds import Bounds
+from solvercast.problem import Problem, format_bytes
+from solvercast.schedule import Schedule
+from solvercast.simulate import SimResult
+
+
+def _us(ns: int | None) -> str:
+    return "-" if ns is None else f"{ns / 1e3:,.1f} us"
+
+
+@dataclass(frozen=True)
+class Report:
+    problem: str
+    tasks: int
+    compute_streams: int
+    comm_streams: int
+    baseline_makespan: int
+    optimized_makespan: int
+    baseline_exposed_comm: int
+    optimized_exposed_comm: int
+    baseline_peak_memory: int
+    optimized_peak_memory: int
+    memory_budget: int
+    bounds: dict
+    gap: float  # (optimized - best bound) / best bound
+    method: str  # what produced the returned schedule
+    heuristic: str | None  # the best heuristic (the solver's warm start)
+    solver: str | None
+    solver_status: str | None
+    solver_bound: int | None
+    best_bound: int  # the higher of the solver's bound and lower_bounds
+    fallback: str | None  # why a heuristic or the original order was returned, if one was
+    solver_message: str | None
+    time_limit: float
+    phases: dict = field(default_factory=dict)  # seconds per phase, and "total"
+
+    @classmethod
+    def build(cls, problem: Problem, baseline: SimResult, optimized: SimResult, bounds: Bounds, budget: int,
+              schedule: Schedule, info: dict, phases: dict, time_limit: float) -> "Report":
+        solver_bound = info.get("solver_bound")
+        best_bound = max(bounds.makespan, solver_bound or 0)
+        return cls(
+            problem=problem.name, tasks=problem.num_tasks, compute_streams=problem.machine.compute_streams,
+            comm_streams=problem.machine.comm_streams,
+            baseline_makespan=baseline.makespan, optimized_makespan=optimized.makespan,
+            baseline_exposed_comm=baseline.exposed_comm, optimized_exposed_comm=optimized.exposed_comm,
+            baseline_peak_memory=baseline.peak_memory, optimized_peak_memory=optimized.peak_memory,
+            memory_budget=budget, bounds=bounds.to_dict(),
+            gap=(optimized.makespan - best_bound) / best_bound if best_bound else 0.0,
+            method=info.get("method", schedule.method), heuristic=info.get("heuristic"), solver=info.get("solver"),
+            solver_status=info.get("solver_status"), solver_bound=solver_bound, best_bound=best_bound,
+            fallback=info.get("fallback"), solver_message=info.get("solver_message"), time_limit=time_limit,
+            phases={k: round(v, 4) for k, v in phases.items()})
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline_makespan / self.optimized_makespan if self.optimized_makespan else 1.0
+
+    def to_dict(self) -> dict:
+        """JSON-ready."""
+        d = asdict(self)
+        d["speedup"] = self.speedup
+        return d
+
+    def __str__(self) -> str:
+        def pct(new, old):
+            return "" if not old else f"{(new - old) / old:+.1%}"
+
+        rows = [
+            ("", "baseline", "optimized", "change"),
+            ("makespan", _us(self.baseline_makespan), _us(self.optimized_makespan),
+             pct(self.optimized_makespan, self.baseline_makespan)),
+            ("exposed comm", _us(self.baseline_exposed_comm), _us(self.optimized_exposed_comm),
+             pct(self.optimized_exposed_comm, self.baseline_exposed_comm)),
+            ("peak memory", format_bytes(self.baseline_peak_memory), format_bytes(self.optimized_peak_memory),
+             pct(self.optimized_peak_memory, self.baseline_peak_memory)),
+        ]
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        lines = [f"solvercast report: {self.problem} ({self.tasks} tasks, {self.compute_streams} compute + "
+                 f"{self.comm_streams} comm streams)"]
+        lines += ["  " + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                  for r in rows]
+        b = self.bounds
+        lines += [
+            f"  memory budget    {format_bytes(self.memory_budget)} (optimized uses "
+            f"{self.optimized_peak_memory / self.memory_budget:.1%})" if self.memory_budget else
+            "  memory budget    0 B",
+            f"  lower bounds     critical path {_us(b['critical_path'])}, compute {_us(b['compute'])}, "
+            f"comm {_us(b['comm'])}, memory {format_bytes(b['memory'])}",
+            f"  best bound       {_us(self.best_bound)}"
+            + (f" (solver's own: {_us(self.solver_bound)})" if self.solver_bound is not None else "")
+            + f"; gap {self.gap:.2%}",
+            f"  method           {self.method}" + (f" (warm start: {self.heuristic})" if self.heuristic else ""),
+        ]
+        if self.solver:
+            lines.append(f"  solver           {self.solver}: {self.solver_status}"
+                         + (f" - {self.solver_message}" if self.solver_message else ""))
+        if self.fallback:
+            lines.append(f"  fallback         {self.fallback}")
+        lines.append("  time             " + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items())
+                     + f" (limit {self.time_limit:g} s)")
+        return "\n".join(lines)

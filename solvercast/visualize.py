@@ -1,0 +1,95 @@
+"""Pictures of schedules: Chrome traces (Perfetto) and Gantt + memory PNGs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from solvercast.problem import Problem, Role
+from solvercast.simulate import SimResult
+
+
+def _stream_name(problem: Problem, s: int) -> str:
+    m = problem.machine
+    return f"compute {s}" if m.is_compute_stream(s) else f"comm {s - m.compute_streams}"
+
+
+def memory_over_time(problem: Problem, sim: SimResult) -> tuple[list[int], list[int]]:
+    """(times, bytes): resident bytes after each program step, at the step's start time."""
+    times = [sim.start[t] for t in sim.order]
+    return times, list(sim.memory.during_step)
+
+
+def write_chrome_trace(path: str | Path, problem: Problem, runs: dict[str, SimResult],
+                       memory_budget: int | None = None) -> None:
+    """One process per run (e.g. baseline, optimized), one thread per stream,
+    memory as a counter track. Times in microseconds as the format wants."""
+    events = []
+    for pid, (label, sim) in enumerate(runs.items()):
+        events.append({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": label}})
+        for s in range(problem.machine.num_streams):
+            events.append({"ph": "M", "pid": pid, "tid": s, "name": "thread_name",
+                           "args": {"name": _stream_name(problem, s)}})
+        for t, task in enumerate(problem.tasks):
+            if task.role == Role.FREE:
+                continue
+            events.append({
+                "ph": "X", "pid": pid, "tid": sim.streams[t], "name": task.name, "cat": task.role.value,
+                "ts": sim.start[t] / 1e3, "dur": (sim.end[t] - sim.start[t]) / 1e3,
+                "args": {"op": task.op, "occupancy": task.occupancy},
+            })
+        for ts, resident in zip(*memory_over_time(problem, sim)):
+            args = {"resident MiB": resident / 2**20}
+            if memory_budget is not None:
+                args["budget MiB"] = memory_budget / 2**20
+            events.append({"ph": "C", "pid": pid, "name": "memory", "ts": ts / 1e3, "args": args})
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
+
+
+_COLORS = {Role.COMPUTE: "#4c72b0", Role.COMM: "#dd8452", Role.WAIT: "#c44e52"}
+
+
+def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult],
+                   memory_budget: int | None = None) -> None:
+    """Gantt chart per stream for each run (stacked), and the memory curves against the budget."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    streams = problem.machine.num_streams
+    fig, axes = plt.subplots(len(runs) + 1, 1, figsize=(12, 2.2 + 1.2 * streams * len(runs) + 2.5),
+                             gridspec_kw={"height_ratios": [streams] * len(runs) + [max(2, streams)]})
+    horizon = max(sim.makespan for sim in runs.values()) / 1e3
+    for ax, (label, sim) in zip(axes, runs.items()):
+        for t, task in enumerate(problem.tasks):
+            if task.role == Role.FREE:
+                continue
+            width = (sim.end[t] - sim.start[t]) / 1e3
+            row = streams - 1 - sim.streams[t]
+            if width == 0:  # waits: a thin marker where they block their stream
+                ax.plot([sim.start[t] / 1e3] * 2, [row - 0.4, row + 0.4], color=_COLORS[Role.WAIT], lw=1)
+                continue
+            ax.barh(row, width, left=sim.start[t] / 1e3, height=0.8, color=_COLORS[task.role],
+                    edgecolor="white", linewidth=0.3)
+        ax.set_yticks(range(streams), [_stream_name(problem, s) for s in reversed(range(streams))])
+        ax.set_xlim(0, horizon * 1.02)
+        ax.set_title(f"{label}: makespan {sim.makespan / 1e3:,.1f} us, exposed comm {sim.exposed_comm / 1e3:,.1f} us")
+    axes[0].legend(handles=[Patch(color=c, label=r.value) for r, c in _COLORS.items()], loc="upper right",
+                   fontsize=8)
+    mem_ax = axes[-1]
+    for label, sim in runs.items():
+        times, resident = memory_over_time(problem, sim)
+        mem_ax.step([x / 1e3 for x in times], [r / 2**20 for r in resident], where="post", label=label)
+    if memory_budget is not None:
+        mem_ax.axhline(memory_budget / 2**20, color="black", ls="--", lw=1, label="budget")
+    mem_ax.set_xlim(0, horizon * 1.02)
+    mem_ax.set_xlabel("time (us)")
+    mem_ax.set_ylabel("resident (MiB)")
+    mem_ax.legend(fontsize=8)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
