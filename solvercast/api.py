@@ -177,6 +177,9 @@ def _solve(problem: Problem, method: str, time_left: float, deterministic: bool,
     info.update(solver=method if method != "auto" else "cpsat", solver_status=res.status.value,
                 solver_raw_status=res.solver_status, solver_objective=res.objective, solver_bound=res.bound,
                 solver_message=res.message, solver_time=res.wall_time)
+    if res.stats.get("stopped_by_wall_clock"):
+        info["solver_message"] = ((res.message + "; ") if res.message else "") + (
+            "the wall clock, not the deterministic limit, ended the search: other ranks may get another schedule")
     if res.schedule is None:
         if hint is None:
             raise InfeasibleBudgetError(

@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     opt = sub.add_parser("optimize", help="optimize a built-in model or an exported program")
     src = opt.add_mutually_exclusive_group()
-    src.add_argument("--model", default="tp_block", help="built-in model (see `solvercast models`)")
+    src.add_argument("--model", default="fsdp_layers", help="built-in model (see `solvercast models`)")
     src.add_argument("--exported", help="a program saved with torch.export.save (.pt2)")
     opt.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="model parameter, repeatable")
     opt.add_argument("--time-limit", type=float, default=10.0, help="seconds for the whole optimization")

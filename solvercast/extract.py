@@ -300,4 +300,12 @@ def extract_problem(
                       sync_overhead=cost.to_ns(profile.sync_overhead), memory_budget=memory_budget)
     return Problem(tasks=tuple(tasks), edges=tuple(edges), buffers=tuple(buffers), machine=machine,
                    preserve_collective_order=preserve_collective_order,
-                   name=getattr(gm, "_solvercast_name", type(gm).__name__))
+                   name=_graph_name(gm))
+
+
+def _graph_name(gm: fx.GraphModule) -> str:
+    info = getattr(gm, "meta", {}).get("solvercast") if isinstance(getattr(gm, "meta", None), dict) else None
+    if info and info.get("model"):
+        params = ",".join(f"{k}={v}" for k, v in sorted(info.get("params", {}).items()))
+        return f"{info['model']}({params})"
+    return type(gm).__name__
