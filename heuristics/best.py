@@ -1,0 +1,93 @@
+"""Run every heuristic, judge each with the simulator, keep the best valid one."""
+
+from __future__ import annotations
+
+import sys
+
+from solvercast.errors import InfeasibleBudgetError
+from solvercast.problem import Problem, format_bytes
+from solvercast.schedule import Schedule
+from solvercast.simulate import SimResult, validate
+
+from ._common import renamed, resolve_budget
+from .comm_priority import comm_priority_schedule
+from .iterative_swap import iterative_swap
+from .list_scheduling import list_schedule
+
+#: Every method `run_heuristics` may report, in tie-break order (earlier wins
+#: at equal makespan and peak: the simplest change first).
+METHOD_ORDER = (
+    "original",
+    "comm_priority",
+    "raise_comms",
+    "sink_waits",
+    "list",
+    "original+swap",
+    "comm_priority+swap",
+    "raise_comms+swap",
+    "sink_waits+swap",
+    "list+swap",
+)
+
+_BASES = ("list", "comm_priority", "raise_comms", "sink_waits")
+_SWAPPED_BASES = 2  # iterative_swap is applied to the original order and to this many best other bases
+
+
+def run_heuristics(problem: Problem, memory_budget: int | float | None = None) -> dict[str, tuple[Schedule, SimResult]]:
+    """Every heuristic's schedule and its simulation, keyed by method name (in `METHOD_ORDER`).
+
+    ``Schedule.method`` keeps what the heuristic reported (a fallback it took,
+    or ``"!over-budget"``). Every schedule passes `validate` structurally; an
+    invalid one would be a bug and raises `InvalidScheduleError`. The budget
+    (bytes, float ratio of the original peak, or None for the machine's) is
+    given to each heuristic; whether a result is within it is left to the
+    caller (see `best_heuristic`).
+    """
+    budget = resolve_budget(problem, memory_budget)
+    out: dict[str, tuple[Schedule, SimResult]] = {}
+
+    def judge(name: str, schedule: Schedule) -> None:
+        # validate the structure only: the budget is judged by the caller
+        out[name] = (schedule, validate(problem, schedule, memory_budget=sys.maxsize))
+
+    judge("original", Schedule.original(problem))
+    judge("list", list_schedule(problem, budget))
+    judge("comm_priority", comm_priority_schedule(problem, memory_budget=budget))
+    judge("raise_comms", comm_priority_schedule(problem, True, False, False, memory_budget=budget))
+    judge("sink_waits", comm_priority_schedule(problem, False, True, False, memory_budget=budget))
+
+    def fits(name: str) -> bool:
+        return budget is None or out[name][1].peak_memory <= budget
+
+    ranked = sorted(_BASES, key=lambda m: (not fits(m), out[m][1].makespan, out[m][1].peak_memory,
+                                           METHOD_ORDER.index(m)))
+    for base in ["original"] + sorted(ranked[:_SWAPPED_BASES], key=METHOD_ORDER.index):
+        judge(base + "+swap", iterative_swap(problem, renamed(out[base][0], base), budget))
+    return {name: out[name] for name in METHOD_ORDER if name in out}
+
+
+def best_heuristic(problem: Problem, memory_budget: int | float | None = None) -> Schedule:
+    """The best schedule any heuristic finds: lowest simulated makespan among
+    those whose peak is within the budget, ties by lower peak, then by
+    `METHOD_ORDER`. ``Schedule.method`` names the method ("original", "list",
+    "comm_priority", "comm_priority+swap", ...).
+
+    Raises `InfeasibleBudgetError` when no schedule fits the budget; its
+    ``best_peak`` is the smallest peak seen and its ``schedule`` attribute the
+    schedule with that peak (ties by makespan, then method order), which a
+    caller may still hand to a solver.
+    """
+    budget = resolve_budget(problem, memory_budget)
+    results = run_heuristics(problem, budget)
+    order = {name: i for i, name in enumerate(METHOD_ORDER)}
+    valid = [(r.makespan, r.peak_memory, order[name], name) for name, (_, r) in results.items()
+             if budget is None or r.peak_memory <= budget]
+    if valid:
+        name = min(valid)[3]
+        return renamed(results[name][0], name)
+    peak, _, _, name = min((r.peak_memory, r.makespan, order[name], name) for name, (_, r) in results.items())
+    error = InfeasibleBudgetError(
+        f"no heuristic schedule fits the memory budget {format_bytes(budget)} ({budget} B); the smallest peak "
+        f"found is {format_bytes(peak)} ({peak} B), by {name!r}", best_peak=peak)
+    error.schedule = renamed(results[name][0], name)
+    raise error
