@@ -153,6 +153,12 @@ def simulate(problem: Problem, schedule: Schedule) -> SimResult:
     busy = [0] * machine.num_streams
     share_gpu = machine.compute_streams > 1
     active: list[tuple[int, int, float]] = []  # compute intervals that may still overlap new work
+    # compute tasks still to come per stream: a stream with none left no longer holds back pruning
+    to_come = [0] * machine.num_streams
+    if share_gpu:
+        for t in order:
+            if tasks[t].duration and tasks[t].role != Role.FREE:
+                to_come[streams[t]] += 1
 
     for t in order:
         task = tasks[t]
@@ -176,7 +182,10 @@ def simulate(problem: Problem, schedule: Schedule) -> SimResult:
             ready = launch + sync
         est = max(ready, stream_free[s])
         if share_gpu and machine.is_compute_stream(s) and task.duration:
-            floor = min(stream_free[c] for c in machine.compute_stream_ids)
+            to_come[s] -= 1
+            # every later compute task starts after its own stream's free time
+            floor = min((stream_free[c] for c in machine.compute_stream_ids if to_come[c] or c == s),
+                        default=0)
             active = [iv for iv in active if iv[1] > floor]
             est = _earliest_fit(active, est, task.duration, task.occupancy)
             active.append((est, est + task.duration, task.occupancy))

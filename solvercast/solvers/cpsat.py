@@ -320,6 +320,35 @@ class _Model:
         if ivs:
             m.AddCumulative(ivs, demands, capacity)
 
+    def fix_order(self, schedule: Schedule, sim: SimResult, fixed: set[int]) -> None:
+        """Keep the tasks in ``fixed`` in the incumbent's relative order and on its streams; the others
+        stay free. Used by the placement model and by windowed search (solvers/large.py)."""
+        p, m = self.p, self.m
+        launch = self._launch_points(schedule, sim)
+        last_on: dict[int, tuple] = {}  # stream -> (end expression) of the previous fixed item
+        previous_ptime = None
+        for t in schedule.order:
+            if t not in fixed:
+                continue
+            if self.single_stream and previous_ptime is not None:
+                m.Add(self.ptime[t] >= previous_ptime + 1)
+            if self.single_stream:
+                previous_ptime = self.ptime[t]
+            if p.tasks[t].role == Role.FREE:
+                continue
+            stream = sim.streams[t]
+            lit = self.on[t][stream]
+            if not isinstance(lit, int):
+                m.Add(lit == 1)
+            items = [(stream, self.start[t], self.start[t] + p.tasks[t].duration)]
+            if t in self.launch:
+                items.append((0, self.launch[t], self.launch[t]))
+            for k, begin, end in items:
+                if k in last_on:
+                    m.Add(begin >= last_on[k])
+                last_on[k] = end
+        self.fixed = fixed
+
     # ---- objective and hint --------------------------------------------------------------------
     def add_objective(self) -> None:
         self.m.Minimize(self.makespan)
@@ -471,6 +500,7 @@ def solve_cpsat(
     log_progress: bool | Callable[[str], None] = False,
     debug_hint: bool = False,
     progress: Callable[[str], None] | None = None,
+    fixed_order: set[int] | None = None,
 ) -> SolveResult:
     """Solve ``problem`` with CP-SAT, warm-started from ``hint``.
 
@@ -480,7 +510,8 @@ def solve_cpsat(
     DETERMINISTIC_UNITS_PER_SECOND; the wall clock still caps the call at
     ``time_limit``, and ``stats["stopped_by_wall_clock"]`` says when that cap,
     which is not deterministic, ended the search. ``progress`` receives a line
-    per improved solution.
+    per improved solution. ``fixed_order``: tasks kept in the hint's relative
+    order and on its streams (a reduced model; see solvers/large.py).
 
     Returns the better of the solver's schedule and the hint, judged by
     `simulate`; the status says which. Raises `InfeasibleBudgetError` when the
@@ -488,6 +519,7 @@ def solve_cpsat(
     """
     t0 = time.perf_counter()
     budget = problem.machine.memory_budget if memory_budget is None else memory_budget
+    build_started = t0
     hint_sim = validate(problem, hint, memory_budget=budget) if hint is not None else None
 
     serial = sum(t.duration for t in problem.tasks) + 2 * problem.machine.sync_overhead * problem.num_tasks
@@ -501,6 +533,10 @@ def solve_cpsat(
     model.add_variables()
     model.add_constraints()
     model.add_objective()
+    if fixed_order:
+        if hint is None:
+            raise ValueError("fixed_order keeps the hint's order: give a hint")
+        model.fix_order(hint, scaled_hint_sim, fixed_order)
     if hint is not None:
         model.add_hint(hint, scaled_hint_sim)
 
@@ -516,21 +552,22 @@ def solve_cpsat(
     # gives the same answer on every rank, normally ends the search, and the wall clock caps the call.
     wall_cap = time_limit
     params.max_time_in_seconds = wall_cap
-    if hint is not None:
-        params.repair_hint = True
+    if hint is not None and not fixed_order:
+        params.repair_hint = True  # (with fixed_order, OR-Tools 9.15 aborts: "heuristics.fixed_search != nullptr")
     if debug_hint:
         params.debug_crash_on_bad_hint = True
     if log_progress:
         params.log_search_progress = True
         if callable(log_progress):
             solver.log_callback = log_progress
+    build_time = time.perf_counter() - build_started
     callback = _Progress(progress, factor) if progress else None
     status = solver.Solve(model.m, callback)
     wall = time.perf_counter() - t0
     name = solver.StatusName(status)
     bound = int(solver.BestObjectiveBound()) * factor if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
     stopped_by_wall = deterministic and solver.WallTime() >= wall_cap * 0.98
-    stats = {"scale": factor, "stopped_by_wall_clock": stopped_by_wall,
+    stats = {"scale": factor, "stopped_by_wall_clock": stopped_by_wall, "build_time": build_time,
              "deterministic_time": solver.deterministic_time, "solver_wall_time": solver.WallTime(), "variables": len(model.m.Proto().variables),
              "constraints": len(model.m.Proto().constraints), "branches": solver.NumBranches()}
 
