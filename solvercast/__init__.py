@@ -25,6 +25,7 @@ __all__ = [
 ]
 
 from solvercast.api import OptimizeResult, SolvercastPass, optimize  # noqa: E402  (needs the names above)
+from solvercast.lower import lower  # noqa: E402  (also registers the anchor ops, which lowered graphs call)
 from solvercast.report import Report  # noqa: E402
 
-__all__ += ["OptimizeResult", "Report", "SolvercastPass", "optimize"]
+__all__ += ["OptimizeResult", "Report", "SolvercastPass", "lower", "optimize"]

@@ -239,7 +239,7 @@ def extract_problem(
             duration = cost.to_ns(seconds)
         tasks.append(Task(name=node.name, role=role, duration=duration, occupancy=min(1.0, max(occupancy, 1e-6)),
                           waits_for=task_id[collective_behind(node.args[0])] if role == Role.WAIT else None,
-                          op=op_name))
+                          op=op_name, movable=any(storages_of.get(i) for i in node.all_input_nodes)))
 
     # ---- buffers -------------------------------------------------------------------------
     producer: dict[tuple[int, str], int | None] = {}

@@ -43,6 +43,9 @@ class Task:
     occupancy: float = 1.0
     waits_for: int | None = None  # WAIT only: id of the collective it completes
     op: str = ""  # what the task runs, for reports (e.g. "aten.mm", "all_gather")
+    # False for ops with no tensor input (factory ops like zeros): lowering moves a task to another
+    # stream through its inputs, so these stay on the default stream
+    movable: bool = True
 
     def __post_init__(self):
         if not isinstance(self.role, Role):
@@ -241,6 +244,8 @@ class Problem:
             if self.is_async_comm(t):
                 return m.comm_stream_ids
             return tuple(m.compute_stream_ids) + tuple(m.comm_stream_ids)
+        if not task.movable:
+            return (0,)
         return m.compute_stream_ids
 
     def default_stream(self, t: int) -> int:
