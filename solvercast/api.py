@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,10 +45,13 @@ class OptimizeResult:
                        memory_budget=self.report.memory_budget)
 
 
-def resolve_budget(memory_budget: int | float | None, original_peak: int) -> int:
-    """bytes (int), ratio of the original order's peak (float), or None (= 1.0)."""
+def resolve_budget(memory_budget: int | float | None, original_peak: int) -> int | None:
+    """bytes (int), ratio of the original order's peak (float), None (= 1.0), or math.inf (no budget:
+    returns None)."""
     if memory_budget is None:
         return original_peak
+    if isinstance(memory_budget, float) and math.isinf(memory_budget) and memory_budget > 0:
+        return None
     if isinstance(memory_budget, bool) or not isinstance(memory_budget, (int, float)):
         raise ValueError(f"memory_budget must be bytes (int), a ratio (float) or None, got {memory_budget!r}")
     if memory_budget < 0:
@@ -72,6 +76,10 @@ def optimize(
     progress: Callable[[str], None] | None = None,
 ) -> OptimizeResult:
     """Reorder ``gm`` (and assign streams) to minimize its step time within a memory budget.
+
+    ``memory_budget``: bytes (int), a ratio of the original order's peak
+    (float), None (the default: 1.0, never worse than today) or ``math.inf``
+    (no budget).
 
     Returns an `OptimizeResult`; ``res.gm`` is a new module. If no method
     beats the original order, the original order is returned and the report
@@ -103,13 +111,13 @@ def optimize(
     bounds = lower_bounds(problem)
     phase("extract")
     say(f"extracted {problem.num_tasks} tasks; baseline makespan {baseline.makespan / 1e3:.1f} us, "
-        f"peak {baseline.peak_memory} B, budget {budget} B")
+        f"peak {baseline.peak_memory} B, budget {'none' if budget is None else f'{budget} B'}")
 
     schedule, solver_info = _solve(problem, method, time_limit - (time.perf_counter() - start_all), deterministic,
                                    say, phase)
     optimized = simulate(problem, schedule)
     fallback = solver_info.get("fallback")
-    if optimized.makespan >= baseline.makespan and baseline.peak_memory <= budget:
+    if optimized.makespan >= baseline.makespan and (budget is None or baseline.peak_memory <= budget):
         if schedule.order != original.order or schedule.streams:
             fallback = (fallback + "; " if fallback else "") + "no method beat the original order: kept it"
         schedule, optimized = original, baseline
@@ -195,9 +203,9 @@ def _solve(problem: Problem, method: str, time_left: float, deterministic: bool,
     return res.schedule, info
 
 
-def _within_budget(problem: Problem, schedule: Schedule, budget: int) -> Schedule:
+def _within_budget(problem: Problem, schedule: Schedule, budget: int | None) -> Schedule:
     peak = simulate(problem, schedule).peak_memory
-    if peak > budget:
+    if budget is not None and peak > budget:
         raise InfeasibleBudgetError(
             f"{schedule.method or 'the schedule'} reaches a peak of {peak} B, over the budget of {budget} B",
             best_peak=peak)

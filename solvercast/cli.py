@@ -31,8 +31,10 @@ def _parse_params(items: list[str]) -> dict:
 
 
 def _parse_budget(text: str | None):
-    if text is None or text.lower() == "none":
-        return None
+    if text is None:
+        return None  # optimize's default: 1.0 x the original peak
+    if text.lower() == "none":
+        return float("inf")  # no budget
     value = _parse_value(text)
     if not isinstance(value, (int, float)):
         raise ValueError(f"--memory-budget takes bytes (int), a ratio of the original peak (float) or none, got {text!r}")
@@ -103,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="model parameter, repeatable")
     opt.add_argument("--time-limit", type=float, default=10.0, help="seconds for the whole optimization")
     opt.add_argument("--memory-budget", default=None,
-                     help="bytes (int), ratio of the original peak (float, e.g. 1.0), or none (default 1.0)")
+                     help="bytes (int), ratio of the original peak (float, e.g. 1.0; the default), or none (no budget)")
     opt.add_argument("--device", default="h100", help="h100, a100 or h200")
     opt.add_argument("--streams", type=int, default=1, help="compute streams")
     opt.add_argument("--method", default="auto", help="auto, cpsat, milp, heuristic, list, comm_priority, original")

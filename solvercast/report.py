@@ -26,7 +26,7 @@ class Report:
     optimized_exposed_comm: int
     baseline_peak_memory: int
     optimized_peak_memory: int
-    memory_budget: int
+    memory_budget: int | None  # None: no budget
     bounds: dict
     gap: float  # (optimized - best bound) / best bound
     method: str  # what produced the returned schedule
@@ -88,9 +88,9 @@ class Report:
                   for r in rows]
         b = self.bounds
         lines += [
+            "  memory budget    none" if self.memory_budget is None else
             f"  memory budget    {format_bytes(self.memory_budget)} (optimized uses "
-            f"{self.optimized_peak_memory / self.memory_budget:.1%})" if self.memory_budget else
-            "  memory budget    0 B",
+            f"{self.optimized_peak_memory / max(1, self.memory_budget):.1%})",
             f"  lower bounds     critical path {_us(b['critical_path'])}, compute {_us(b['compute'])}, "
             f"comm {_us(b['comm'])}, memory {format_bytes(b['memory'])}",
             f"  best bound       {_us(self.best_bound)}"

@@ -122,3 +122,12 @@ def test_cli_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("solvercast: error:") and message in err[-1].lower() or message in err[-1]
     assert not any("Traceback" in line for line in err)
+
+
+def test_infinite_budget_means_no_budget():
+    import math
+
+    res = optimize(build("fsdp_layers"), time_limit=2, memory_budget=math.inf)
+    assert res.report.memory_budget is None and res.problem.machine.memory_budget is None
+    assert "memory budget    none" in str(res.report)
+    assert res.report.optimized_makespan <= optimize(build("fsdp_layers"), time_limit=2).report.optimized_makespan

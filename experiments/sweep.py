@@ -1,0 +1,588 @@
+"""Sweeps: solver vs heuristics vs PyTorch's own overlap scheduler, one CSV row per run.
+
+    .venv/bin/python experiments/sweep.py run experiments/configs/quick.json --out results.csv [--workers N]
+    .venv/bin/python experiments/sweep.py summarize results.csv --out experiments/results/
+
+``run`` expands the config's grid (models x methods x memory budgets x time limits x compute streams
+x seeds) and appends one row per run to the CSV: every figure of the `Report` (all judged by
+`simulate`), flattened (``bounds_*``, ``phase_*``; the report's ``method`` and ``time_limit`` become ``method_used`` and
+``report_time_limit``), plus ``over_budget`` and whether the schedule keeps the original relative order
+of all compute tasks (``compute_order_kept``), of torch's flop-counted ops (``matmul_order_kept``) and
+of collectives (``collective_order_kept``), plus ``status`` (ok / error / skipped), ``error``
+and ``skip_reason``. A rerun skips rows already in the CSV (key: model, params, method, budget,
+time limit, streams, seed), so an interrupted sweep resumes where it stopped. A failing run (e.g. an
+infeasible budget) is an ``error`` row, never a crash.
+
+Methods: ``original``, ``list``, ``comm_priority``, ``heuristic`` (best heuristic) and the solvers
+``cpsat`` / ``milp`` all go through `solvercast.optimize` (so, like for a user, a method that does
+not beat the original order returns the original order); ``torch_overlap`` is PyTorch's overlap
+scheduler (experiments/torch_overlap.py), whose own answer is recorded as is. Only the solvers use
+the time limit: other methods run once per (model, budget, streams, seed), with an empty time limit.
+``milp`` runs only on graphs of at most ``milp_max_tasks`` tasks (default 20) and one compute stream
+(its documented limits: several streams only without a budget, and `optimize` always sets one); elsewhere a ``skipped`` row says why.
+``torch_overlap`` knows one compute stream: skipped for ``compute_streams > 1``.
+
+Budgets: a number is a ratio of the original order's peak (``optimize``'s float budget); ``null``
+(``none`` in the CSV) means unconstrained, passed as the sum of every buffer's bytes (no order can
+exceed it).
+
+Workers: a process pool (spawn). Default ``max(1, nproc // 2)`` workers, not one per core, because
+each CP-SAT solve uses 2 search workers of its own: with one pool worker per core the solver would
+get half the CPU its time limit assumes, and since `optimize` runs CP-SAT with a deterministic time
+limit *capped by the wall clock*, an oversubscribed machine ends searches early and
+non-reproducibly. Pass ``--workers`` to override (e.g. ``--workers $(nproc)`` for heuristic-only
+sweeps).
+
+Config (JSON)::
+
+    {"name": "quick",
+     "models": [{"model": "tp_mlp", "params": {"layers": 4}}, ...],
+     "synthetic": {"tasks": [50, 200], "params": {}},      # expanded with every seed
+     "seeds": [0],                     # graph seeds (synthetic only; other models get seed "")
+     "methods": ["original", "heuristic", "cpsat", "torch_overlap"],
+     "budgets": [0.9, 1.0, 1.1, null],
+     "time_limits": [1, 10],
+     "compute_streams": [1, 2],
+     "milp_max_tasks": 20}
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import fields
+from functools import lru_cache
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+METHODS = ("original", "list", "comm_priority", "heuristic", "cpsat", "milp", "torch_overlap")
+SOLVER_METHODS = ("cpsat", "milp")
+KEY = ("model", "params", "method", "budget", "time_limit", "compute_streams", "seed")
+BOUND_KEYS = ("critical_path", "compute", "comm", "makespan", "memory")
+PHASE_KEYS = ("extract", "heuristics", "solve", "lower", "total")
+# Report fields whose names collide with the run key
+RENAMED = {"method": "method_used", "time_limit": "report_time_limit"}
+
+
+def _report_fields() -> list[str]:
+    from solvercast.report import Report
+
+    out = []
+    for f in fields(Report):
+        if f.name == "bounds":
+            out += [f"bounds_{k}" for k in BOUND_KEYS]
+        elif f.name == "phases":
+            out += [f"phase_{k}" for k in PHASE_KEYS]
+        elif f.name in RENAMED:
+            out.append(RENAMED[f.name])
+        else:
+            out.append(f.name)
+    return out + ["speedup"]
+
+
+def columns() -> list[str]:
+    return [*KEY, "status", "error", "skip_reason", "wall_s", "over_budget", "compute_order_kept",
+            "matmul_order_kept", "collective_order_kept", *_report_fields()]
+
+
+# ---------------------------------------------------------------- config -> jobs
+
+
+def _fmt_budget(b) -> str:
+    return "none" if b is None else f"{float(b):g}"
+
+
+def _fmt_tl(t) -> str:
+    return "" if t in (None, "") else f"{float(t):g}"
+
+
+def expand(config: dict) -> list[dict]:
+    """Every run of the grid, as dicts of the KEY fields (strings, as in the CSV) plus ``milp_max_tasks``."""
+    methods = config.get("methods", list(METHODS))
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
+    seeds = config.get("seeds", [0])
+    graphs: list[tuple[str, dict, str]] = []
+    for m in config.get("models", []):
+        params = dict(m.get("params", {}))
+        if m["model"] == "synthetic" and "seed" not in params:
+            graphs += [(m["model"], {**params, "seed": s}, str(s)) for s in seeds]
+        elif m["model"] == "synthetic":
+            graphs.append((m["model"], params, str(params["seed"])))
+        else:
+            graphs.append((m["model"], params, ""))
+    syn = config.get("synthetic")
+    if syn:
+        for n in syn.get("tasks", []):
+            graphs += [("synthetic", {**syn.get("params", {}), "tasks": n, "seed": s}, str(s)) for s in seeds]
+    jobs = []
+    for model, params, seed in graphs:
+        for streams in config.get("compute_streams", [1]):
+            for budget in config.get("budgets", [1.0]):
+                for method in methods:
+                    tls = config.get("time_limits", [10]) if method in SOLVER_METHODS else [None]
+                    for tl in tls:
+                        jobs.append({"model": model, "params": json.dumps(params, sort_keys=True), "method": method,
+                                     "budget": _fmt_budget(budget), "time_limit": _fmt_tl(tl),
+                                     "compute_streams": str(streams), "seed": seed,
+                                     "milp_max_tasks": int(config.get("milp_max_tasks", 20))})
+    return jobs
+
+
+def key_of(row: dict) -> tuple:
+    return tuple(str(row.get(k, "")) for k in KEY)
+
+
+def done_keys(path: Path) -> set[tuple]:
+    if not path.exists() or path.stat().st_size == 0:
+        return set()
+    with open(path, newline="") as f:
+        return {key_of(r) for r in csv.DictReader(f)}
+
+
+# ---------------------------------------------------------------- one run (in a worker)
+
+
+@lru_cache(maxsize=16)
+def _graph(model: str, params_json: str):
+    from solvercast.models import build
+
+    return build(model, **json.loads(params_json))
+
+
+def _kept(sub: list[int], order: tuple[int, ...]) -> bool:
+    pos = {t: i for i, t in enumerate(order)}
+    return all(pos[a] < pos[b] for a, b in zip(sub, sub[1:]))
+
+
+def run_one(job: dict) -> dict:
+    """One run of the grid -> one CSV row. Never raises."""
+    row = {k: job[k] for k in KEY}
+    t0 = time.perf_counter()
+    try:
+        row.update(_run(job))
+        row.setdefault("status", "ok")
+    except Exception as e:  # noqa: BLE001 - a failed run is a row, not a crash
+        from solvercast.errors import InfeasibleBudgetError
+
+        row["status"] = "error"
+        msg = f"{type(e).__name__}: {e}"
+        if isinstance(e, InfeasibleBudgetError) and getattr(e, "best_peak", None) is not None:
+            msg += f" (best_peak={e.best_peak})"
+        row["error"] = msg.replace("\n", " ")[:500]
+    row["wall_s"] = round(time.perf_counter() - t0, 3)
+    return row
+
+
+def _flatten(report) -> dict:
+    d = report.to_dict()
+    out = {RENAMED.get(k, k): v for k, v in d.items() if k not in ("bounds", "phases")}
+    out.update({f"bounds_{k}": d["bounds"].get(k) for k in BOUND_KEYS})
+    out.update({f"phase_{k}": d["phases"].get(k) for k in PHASE_KEYS})
+    return out
+
+
+def _run(job: dict) -> dict:
+    from solvercast import Role, Schedule, extract_problem, lower_bounds, optimize, simulate
+    from solvercast.report import Report
+
+    gm = _graph(job["model"], job["params"])
+    streams = int(job["compute_streams"])
+    method = job["method"]
+    problem = extract_problem(gm, compute_streams=streams)
+    if job["budget"] == "none":
+        budget_arg = problem.resident_bytes + sum(b.size for b in problem.buffers if b.producer is not None)
+        ratio = None
+    else:
+        ratio = float(job["budget"])
+        budget_arg = ratio
+
+    if method == "milp":
+        if problem.num_tasks > job["milp_max_tasks"]:
+            return {"status": "skipped", "tasks": problem.num_tasks,
+                    "skip_reason": f"{problem.num_tasks} tasks > milp_max_tasks={job['milp_max_tasks']} "
+                                   "(the MILP is for small graphs)"}
+        if streams > 1:
+            return {"status": "skipped", "tasks": problem.num_tasks,
+                    "skip_reason": "the MILP takes several compute streams only without a budget, and optimize "
+                                   "always passes one (None means 1.0)"}
+    if method == "torch_overlap" and streams > 1:
+        return {"status": "skipped", "tasks": problem.num_tasks,
+                "skip_reason": "torch's overlap scheduler orders one compute stream"}
+
+    if method == "torch_overlap":
+        from torch_overlap import torch_overlap_schedule
+
+        t = time.perf_counter()
+        baseline = simulate(problem, Schedule.original(problem))
+        budget = budget_arg if isinstance(budget_arg, int) else int(ratio * baseline.peak_memory)
+        problem = problem.with_budget(budget)
+        bounds = lower_bounds(problem)
+        t1 = time.perf_counter()
+        schedule = torch_overlap_schedule(gm, problem, budget_ratio=ratio)
+        t2 = time.perf_counter()
+        optimized = simulate(problem, schedule)
+        phases = {"extract": t1 - t, "solve": t2 - t1, "total": time.perf_counter() - t}
+        report = Report.build(problem, baseline, optimized, bounds, budget, schedule, {"method": "torch_overlap"},
+                              phases, 0.0)
+    else:
+        tl = float(job["time_limit"]) if job["time_limit"] else 10.0
+        res = optimize(gm, time_limit=tl, memory_budget=budget_arg, compute_streams=streams, method=method)
+        report, schedule, problem = res.report, res.schedule, res.problem
+    order = schedule.order
+    compute = [i for i, t in enumerate(problem.tasks) if t.role == Role.COMPUTE]
+    comms = list(problem.comm_tasks)
+    out = _flatten(report)
+    from torch._inductor.fx_passes.overlap_scheduling import is_compute_node  # torch's "compute": flop-counted ops
+
+    flop_names = {n.name for n in gm.graph.nodes if n.op == "call_function" and is_compute_node(n)}
+    mms = [i for i, t in enumerate(problem.tasks) if t.name in flop_names]
+    out.update(over_budget=report.optimized_peak_memory > report.memory_budget,
+               compute_order_kept=_kept(compute, order), matmul_order_kept=_kept(mms, order),
+               collective_order_kept=_kept(comms, order))
+    return out
+
+
+# ---------------------------------------------------------------- run command
+
+
+def _fmt_dur(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def run(config_path: str, out: str, workers: int | None = None, quiet: bool = False) -> int:
+    """Run the pending rows of the config's grid; returns how many ran."""
+    config = json.loads(Path(config_path).read_text())
+    out_path = Path(out)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    jobs = expand(config)
+    done = done_keys(out_path)
+    pending = [j for j in jobs if key_of(j) not in done]
+    # largest graphs and solver runs first: they dominate the wall time
+    pending.sort(key=lambda j: (j["method"] not in SOLVER_METHODS, -len(j["params"])))
+    workers = workers or max(1, (os.cpu_count() or 2) // 2)
+    say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    say(f"sweep {config.get('name', config_path)}: {len(jobs)} runs in the grid, {len(jobs) - len(pending)} "
+        f"already in {out_path}, {len(pending)} to run on {workers} worker(s)")
+    if not pending:
+        return 0
+    cols = columns()
+    new_file = not out_path.exists() or out_path.stat().st_size == 0
+    if not new_file:
+        with open(out_path, newline="") as f:
+            header = next(csv.reader(f), None)
+        if header != cols:
+            raise SystemExit(f"{out_path} has other columns than this version writes; use a new --out file")
+    t0 = time.perf_counter()
+    counts = {"ok": 0, "error": 0, "skipped": 0}
+
+    with open(out_path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        if new_file:
+            w.writeheader()
+            f.flush()
+        i = 0
+
+        def record(job: dict, row: dict) -> None:
+            nonlocal i
+            i += 1
+            w.writerow(row)
+            f.flush()
+            st = row.get("status", "error")
+            counts[st] = counts.get(st, 0) + 1
+            el = time.perf_counter() - t0
+            eta = el / i * (len(pending) - i)
+            say(f"[{i}/{len(pending)}] {100 * i / len(pending):3.0f}% elapsed {_fmt_dur(el)} eta {_fmt_dur(eta)} "
+                f"ok {counts['ok']} err {counts['error']} skip {counts['skipped']} | {job['model']} "
+                f"{job['params']} {job['method']} budget={job['budget']} tl={job['time_limit'] or '-'} "
+                f"streams={job['compute_streams']}: {st}")
+
+        _execute(pending, workers, record, say)
+    return len(pending)
+
+
+def _execute(jobs: list[dict], workers: int, record, say) -> None:
+    """Run ``jobs`` on a spawn process pool, calling ``record(job, row)`` as each finishes.
+
+    A native crash in a worker (e.g. an OR-Tools CHECK failure aborts the process) breaks the whole
+    pool, failing every unfinished future. Then the first ``workers + 1`` unfinished jobs (the ones
+    that can have been running or queued in the pool's call queue: the culprit is among them) are re-run
+    one by one in fresh single-worker pools, so only a job that crashes on its own becomes an error
+    row, and the rest go to a new pool."""
+    import multiprocessing as mp
+    from concurrent.futures.process import BrokenProcessPool
+
+    ctx = mp.get_context("spawn")
+
+    def isolated(job: dict) -> dict:
+        with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as p1:
+            try:
+                return p1.submit(run_one, job).result()
+            except BrokenProcessPool as e:
+                row = {k: job[k] for k in KEY}
+                row.update(status="error", error=f"worker crashed (native abort, e.g. in the solver): {e}"[:500])
+                return row
+
+    queue = list(jobs)
+    while queue:
+        failed: list[dict] = []
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            futures = [(pool.submit(run_one, j), j) for j in queue]
+            index = {fut: j for fut, j in futures}
+            for fut in as_completed(index):
+                try:
+                    record(index[fut], fut.result())
+                except BrokenProcessPool:
+                    pass
+            failed = [j for fut, j in futures if isinstance(fut.exception(), BrokenProcessPool)]
+        if not failed:
+            return
+        say(f"a worker crashed; re-running {min(len(failed), workers + 1)} suspect run(s) one by one, "
+            f"then the other {max(0, len(failed) - workers - 1)}")
+        for job in failed[:workers + 1]:
+            record(job, isolated(job))
+        queue = failed[workers + 1:]
+
+
+# ---------------------------------------------------------------- summarize
+
+
+def _f(x) -> float | None:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _label(r: dict) -> str:
+    p = json.loads(r["params"])
+    return r["model"] + ("" if not p else " " + " ".join(f"{k}={v}" for k, v in p.items()))
+
+
+def _mcol(r: dict) -> str:
+    return r["method"] + (f"@{r['time_limit']}s" if r["time_limit"] else "")
+
+
+def summarize(csv_path: str, out_dir: str, title: str | None = None) -> Path:
+    """Markdown tables and PNG plots from a sweep CSV; returns the markdown file's path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = Path(csv_path).stem
+    with open(csv_path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    ok = [r for r in rows if r["status"] == "ok"]
+
+    def group_key(r):
+        return (_label(r), r["compute_streams"], r["budget"])
+
+    groups: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        groups.setdefault(group_key(r), {})[_mcol(r)] = r
+    mcols = sorted({_mcol(r) for r in rows},
+                   key=lambda c: (METHODS.index(c.split("@")[0]), _f(c.split("@")[1][:-1]) if "@" in c else 0))
+
+    def tasks_of(g):
+        for r in g.values():
+            if _f(r.get("tasks")):
+                return int(float(r["tasks"]))
+        return 0
+
+    lines = [f"# {title or 'Sweep ' + stem}", "",
+             f"{len(rows)} runs ({len(ok)} ok, {sum(r['status'] == 'error' for r in rows)} errors, "
+             f"{sum(r['status'] == 'skipped' for r in rows)} skipped).", "",
+             "## Makespan relative to the best heuristic", "",
+             "Cells: method's makespan / makespan of `heuristic` (best heuristic, same graph, budget, streams); "
+             "< 1 is better. `*` = over the memory budget (by `simulate`), `err` = error row, `skip` = skipped. "
+             "`heuristic us` is the best heuristic's makespan in microseconds.", "",
+             "| model | tasks | streams | budget | heuristic us | " + " | ".join(mcols) + " |",
+             "|---|---:|---:|---|---:|" + "---:|" * len(mcols)]
+    rel_points: dict[str, list[float]] = {}
+    for gk in sorted(groups, key=lambda k: (k[0].split()[0], tasks_of(groups[k]), k[0], k[1], k[2])):
+        g = groups[gk]
+        h = g.get("heuristic")
+        hm = _f(h["optimized_makespan"]) if h and h["status"] == "ok" else None
+        cells = []
+        for c in mcols:
+            r = g.get(c)
+            if r is None:
+                cells.append("")
+            elif r["status"] == "error":
+                cells.append("err")
+            elif r["status"] == "skipped":
+                cells.append("skip")
+            elif hm:
+                v = float(r["optimized_makespan"]) / hm
+                rel_points.setdefault(c, []).append(v)
+                cells.append(f"{v:.3f}" + ("*" if r["over_budget"] == "True" else ""))
+            else:
+                cells.append(f"{float(r['optimized_makespan']) / 1e3:.1f}us" + ("*" if r["over_budget"] == "True" else ""))
+        lines.append(f"| {gk[0]} | {tasks_of(g)} | {gk[1]} | {gk[2]} | "
+                     f"{hm / 1e3 if hm else float('nan'):.1f} | " + " | ".join(cells) + " |")
+
+    # per method: geometric mean of the ratio, wins / losses against the heuristic
+    import math
+
+    lines += ["", "## Per method, over all groups with a best-heuristic row", "",
+              "| method | runs | geomean vs heuristic | best | worst | better (<0.999) | worse (>1.001) |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for c in mcols:
+        v = rel_points.get(c, [])
+        if not v:
+            continue
+        gm_ = math.exp(sum(math.log(x) for x in v) / len(v))
+        lines.append(f"| {c} | {len(v)} | {gm_:.3f} | {min(v):.3f} | {max(v):.3f} | "
+                     f"{sum(x < 0.999 for x in v)} | {sum(x > 1.001 for x in v)} |")
+
+    # solvers: gap and status
+    sol = [r for r in ok if r["method"] in SOLVER_METHODS]
+    if sol:
+        lines += ["", "## Solver runs: gap to the best bound, status, time", "",
+                  "| model | tasks | streams | budget | method | limit s | gap | status | method used | total s |",
+                  "|---|---:|---:|---|---|---:|---:|---|---|---:|"]
+        for r in sorted(sol, key=lambda r: (r["model"], int(float(r["tasks"])), _label(r), r["compute_streams"],
+                                            r["budget"], r["method"], float(r["time_limit"]))):
+            lines.append(f"| {_label(r)} | {r['tasks']} | {r['compute_streams']} | {r['budget']} | {r['method']} | "
+                         f"{r['time_limit']} | {float(r['gap']):.2%} | {r['solver_status']} | {r['method_used']} "
+                         f"| {float(r['phase_total']):.1f} |")
+    errs = [r for r in rows if r["status"] != "ok"]
+    if errs:
+        lines += ["", "## Errors and skips", "", "| model | streams | budget | method | limit | status | reason |",
+                  "|---|---:|---|---|---:|---|---|"]
+        for r in errs:
+            lines.append(f"| {_label(r)} | {r['compute_streams']} | {r['budget']} | {r['method']} | "
+                         f"{r['time_limit']} | {r['status']} | {(r['error'] or r['skip_reason'])[:160]} |")
+
+    # ------------------------------------------------ plots
+    pngs = []
+    # 1. makespan relative to best heuristic, per model and budget (streams 1 + 2 as separate bars groups)
+    gks = [gk for gk in sorted(groups, key=lambda k: (k[0].split()[0], tasks_of(groups[k]), k[0], k[1], k[2]))
+           if groups[gk].get("heuristic", {}).get("status") == "ok"]
+    plot_cols = [c for c in mcols if c != "heuristic"]
+    if gks and plot_cols:
+        fig, ax = plt.subplots(figsize=(max(8, 0.5 * len(gks) + 3), 5))
+        wdt = 0.8 / len(plot_cols)
+        for j, c in enumerate(plot_cols):
+            xs, ys = [], []
+            for i, gk in enumerate(gks):
+                r = groups[gk].get(c)
+                if r and r["status"] == "ok":
+                    xs.append(i + (j - len(plot_cols) / 2 + 0.5) * wdt)
+                    ys.append(float(r["optimized_makespan"]) / float(groups[gk]["heuristic"]["optimized_makespan"]))
+            ax.bar(xs, ys, width=wdt, label=c)
+        ax.axhline(1.0, color="k", lw=0.8)
+        ax.set_xticks(range(len(gks)))
+        ax.set_xticklabels([f"{gk[0]} s{gk[1]} b{gk[2]}" for gk in gks], rotation=75, fontsize=7, ha="right")
+        ax.set_ylabel("makespan / best heuristic")
+        lo = min([0.8] + [b.get_height() for b in ax.patches if b.get_height() > 0])
+        ax.set_ylim(max(0, lo - 0.05), None)
+        ax.legend(fontsize=7, ncol=3)
+        ax.set_title("Makespan relative to the best heuristic (lower is better)")
+        fig.tight_layout()
+        pngs.append(out / f"{stem}_makespan_vs_heuristic.png")
+        fig.savefig(pngs[-1], dpi=110)
+        plt.close(fig)
+    # 2. gap against time limit
+    if sol:
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        series: dict[tuple, list] = {}
+        for r in sol:
+            series.setdefault((_label(r), r["compute_streams"], r["budget"], r["method"]), []).append(
+                (float(r["time_limit"]), 100 * float(r["gap"])))
+        for (lab, s, b, m), pts in sorted(series.items()):
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o" if m == "cpsat" else "s", lw=1,
+                    label=f"{m} {lab} s{s} b{b}")
+        ax.set_xscale("log")
+        ax.set_xlabel("time limit (s)")
+        ax.set_ylabel("gap to best bound (%)")
+        ax.set_title("Solver gap to the best bound against time limit")
+        if len(series) <= 24:
+            ax.legend(fontsize=5, ncol=2)
+        fig.tight_layout()
+        pngs.append(out / f"{stem}_gap_vs_time_limit.png")
+        fig.savefig(pngs[-1], dpi=110)
+        plt.close(fig)
+    # 3. peak memory against budget
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    meths = sorted({r["method"] for r in ok}, key=METHODS.index)
+    budgets = sorted({r["budget"] for r in ok}, key=lambda b: (b == "none", _f(b) or 0))
+    for j, m in enumerate(meths):
+        xs, ys = [], []
+        for r in ok:
+            if r["method"] == m:
+                xs.append(budgets.index(r["budget"]) + (j - len(meths) / 2) * 0.06)
+                ys.append(float(r["optimized_peak_memory"]) / float(r["baseline_peak_memory"]))
+        ax.scatter(xs, ys, s=12, label=m)
+    for i, b in enumerate(budgets):
+        if _f(b):
+            ax.plot([i - 0.4, i + 0.4], [float(b)] * 2, color="k", lw=1)
+    ax.set_xticks(range(len(budgets)))
+    ax.set_xticklabels([f"budget {b}" for b in budgets])
+    ax.set_ylabel("peak memory / original peak")
+    ax.set_title("Peak memory against budget (black bars: the budget)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    pngs.append(out / f"{stem}_peak_vs_budget.png")
+    fig.savefig(pngs[-1], dpi=110)
+    plt.close(fig)
+    # 4. solve time against graph size
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for m in meths:
+        for tl in sorted({r["time_limit"] for r in ok if r["method"] == m}, key=lambda t: _f(t) or 0):
+            pts = [(float(r["tasks"]), float(r["phase_total"])) for r in ok
+                   if r["method"] == m and r["time_limit"] == tl and _f(r["phase_total"])]
+            if pts:
+                ax.scatter([p[0] for p in pts], [max(p[1], 1e-3) for p in pts], s=12,
+                           label=m + (f"@{tl}s" if tl else ""))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tasks")
+    ax.set_ylabel("time (s): optimize total / torch pass")
+    ax.set_title("Time against graph size")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    pngs.append(out / f"{stem}_time_vs_tasks.png")
+    fig.savefig(pngs[-1], dpi=110)
+    plt.close(fig)
+
+    lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.name})" for p in pngs]
+    md = out / f"{stem}.md"
+    md.write_text("\n".join(lines) + "\n")
+    return md
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="run (or resume) a sweep")
+    r.add_argument("config")
+    r.add_argument("--out", required=True, help="CSV to append to")
+    r.add_argument("--workers", type=int, default=None, help="pool size (default: nproc // 2, see module doc)")
+    s = sub.add_parser("summarize", help="markdown table and PNG plots from a sweep CSV")
+    s.add_argument("csv")
+    s.add_argument("--out", required=True, help="output folder")
+    s.add_argument("--title", default=None)
+    a = ap.parse_args(argv)
+    if a.cmd == "run":
+        run(a.config, a.out, a.workers)
+    else:
+        print(summarize(a.csv, a.out, a.title))
+
+
+if __name__ == "__main__":
+    main()
