@@ -16,9 +16,13 @@ from solvercast.problem import Problem
 from solvercast.report import Report
 from solvercast.schedule import Schedule
 from solvercast.simulate import SimResult, simulate
+from solvercast.solvers.result import SolveResult, SolveStatus
 
-METHODS = ("auto", "cpsat", "milp", "heuristic", "list", "comm_priority", "original")
-AUTO_CPSAT_MAX_TASKS = 3000  # beyond this a monolithic CP-SAT model rarely gets past presolve (notes/cpsat-scaling.md)
+METHODS = ("auto", "cpsat", "cpsat-placement", "cpsat-windows", "milp", "heuristic", "list", "comm_priority",
+           "original")
+# auto: a monolithic CP-SAT model up to this many tasks; beyond, placement then windowed search
+# (a monolithic model with memory stalls past a few hundred to a thousand tasks: notes/cpsat-scaling.md)
+AUTO_CPSAT_MAX_TASKS = 1000
 
 
 @dataclass
@@ -158,10 +162,11 @@ def _solve(problem: Problem, method: str, time_left: float, deterministic: bool,
         say(f"best heuristic: {hint.method}, makespan {simulate(problem, hint).makespan / 1e3:.1f} us")
     info["heuristic"] = hint.method if hint is not None else None
 
-    use_solver = method in ("cpsat", "milp") or (method == "auto" and problem.num_tasks <= AUTO_CPSAT_MAX_TASKS)
-    if method == "auto" and not use_solver:
-        info["fallback"] = (f"{problem.num_tasks} tasks is beyond the monolithic CP-SAT model "
-                            f"({AUTO_CPSAT_MAX_TASKS}); used the best heuristic")
+    if method == "auto":
+        method = "cpsat" if problem.num_tasks <= AUTO_CPSAT_MAX_TASKS else "cpsat-windows"
+        info["auto_choice"] = method
+    use_solver = method != "heuristic"
+    time_left -= 0.1  # keep room for lowering and the report within the limit
     if not use_solver or time_left <= 0.05:
         if hint is None:
             raise hint_error
@@ -175,6 +180,23 @@ def _solve(problem: Problem, method: str, time_left: float, deterministic: bool,
 
         say(f"solving with MILP ({time_left:.1f} s)")
         res = solve_milp(problem, time_limit=time_left, memory_budget=budget, hint=hint)
+    elif method in ("cpsat-placement", "cpsat-windows"):
+        from solvercast.solvers.large import solve_placement, solve_windows
+
+        if hint is None:
+            raise hint_error  # reduced models keep parts of a heuristic schedule: they need one
+        say(f"solving with CP-SAT, compute order fixed ({time_left:.1f} s)")
+        share = time_left if method == "cpsat-placement" else time_left / 4
+        res = solve_placement(problem, hint, share, budget, deterministic=deterministic, progress=say)
+        if method == "cpsat-windows":
+            start = res.schedule if res.schedule is not None else hint
+            say(f"windowed search ({time_left - res.wall_time:.1f} s)")
+            windows = solve_windows(problem, start, time_left - res.wall_time, budget,
+                                    deterministic=deterministic, progress=say)
+            if windows.status != SolveStatus.HINT_KEPT or res.status == SolveStatus.HINT_KEPT:
+                res = windows if windows.status != SolveStatus.HINT_KEPT else SolveResult(
+                    hint, SolveStatus.HINT_KEPT, windows.simulated, None, None, res.wall_time + windows.wall_time,
+                    "", f"placement: {res.message or res.status.value}; {windows.message}", windows.stats)
     else:
         from solvercast.solvers.cpsat import solve_cpsat
 
@@ -182,7 +204,7 @@ def _solve(problem: Problem, method: str, time_left: float, deterministic: bool,
         res = solve_cpsat(problem, time_limit=time_left, memory_budget=budget, hint=hint,
                           deterministic=deterministic, progress=say)
     phase("solve")
-    info.update(solver=method if method != "auto" else "cpsat", solver_status=res.status.value,
+    info.update(solver=method, solver_status=res.status.value,
                 solver_raw_status=res.solver_status, solver_objective=res.objective, solver_bound=res.bound,
                 solver_message=res.message, solver_time=res.wall_time)
     if res.stats.get("stopped_by_wall_clock"):
@@ -213,14 +235,107 @@ def _within_budget(problem: Problem, schedule: Schedule, budget: int | None) -> 
 
 
 class SolvercastPass:
-    """``optimize`` as a ``gm -> gm`` pass for pipelines (e.g. a torch.compile
-    custom post-grad pass). Options are `optimize`'s keyword arguments. The
-    last result is kept on ``.last_result``."""
+    """``optimize`` as a graph pass for pipelines and for ``torch.compile``.
+
+    Options are `optimize`'s keyword arguments; the last `OptimizeResult` is
+    kept on ``.last_result`` and ``.calls`` counts invocations.
+
+    * ``pass_(gm)`` with an ``fx.GraphModule`` returns ``optimize(gm, **options).gm``
+      (a new module; ``gm`` is untouched).
+    * ``pass_(graph)`` with an ``fx.Graph`` is Inductor's post-grad hook
+      (``torch._inductor.config.post_grad_custom_pre_pass`` /
+      ``post_grad_custom_post_pass``): the graph is optimized through a copy
+      and then reordered IN PLACE to the optimized program order; returns None.
+      Inductor cannot lower solvercast's stream anchor ops and generates its
+      own single-stream code, so this path always uses ``compute_streams=1``
+      (a larger value is overridden, with a warning): only the node order
+      changes, no node is added. Nodes that ``optimize`` dropped as dead are
+      kept, just before the output.
+
+    Inductor only caches compiled graphs whose custom passes are
+    ``CustomGraphPass`` instances with a ``uuid()``: constructing a
+    SolvercastPass registers the class as a virtual subclass of
+    ``torch._inductor.custom_graph_pass.CustomGraphPass`` (lazily, since
+    importing ``torch._inductor`` costs seconds), and `uuid` hashes the
+    options together with solvercast's sources.
+    """
+
+    _registered = False
 
     def __init__(self, **options):
         self.options = options
         self.last_result: OptimizeResult | None = None
+        self.calls = 0
+        if not SolvercastPass._registered:
+            try:
+                from torch._inductor.custom_graph_pass import CustomGraphPass
 
-    def __call__(self, gm: fx.GraphModule) -> fx.GraphModule:
-        self.last_result = optimize(gm, **self.options)
-        return self.last_result.gm
+                CustomGraphPass.register(SolvercastPass)
+            except Exception:  # pragma: no cover - other torch versions: works, just bypasses the cache
+                pass
+            SolvercastPass._registered = True
+
+    def __call__(self, gm):
+        self.calls += 1
+        if isinstance(gm, fx.GraphModule):
+            self.last_result = optimize(gm, **self.options)
+            return self.last_result.gm
+        if isinstance(gm, fx.Graph):
+            self._optimize_graph_in_place(gm)
+            return None
+        raise TypeError(f"SolvercastPass expects an fx.GraphModule or an fx.Graph, got {type(gm).__name__}")
+
+    def _optimize_graph_in_place(self, graph: fx.Graph) -> None:
+        import warnings
+
+        import torch
+
+        options = dict(self.options)
+        if options.get("compute_streams", 1) != 1:
+            warnings.warn("SolvercastPass on an fx.Graph (torch.compile) schedules a single compute stream: "
+                          "Inductor cannot lower stream anchors; compute_streams is set to 1", stacklevel=3)
+        options["compute_streams"] = 1
+        # Optimize a copy: wrapping `graph` itself in a GraphModule would steal it from Inductor's module.
+        copy_graph = fx.Graph()
+        val_map: dict[fx.Node, fx.Node] = {}
+        out_val, old_output = copy_graph.graph_copy(graph, val_map, return_output_node=True)
+        new_output = copy_graph.output(out_val)
+        new_output.meta = dict(old_output.meta)
+        root = graph.owning_module if graph.owning_module is not None else torch.nn.Module()
+        wrapper = fx.GraphModule(root, copy_graph)
+        result = optimize(wrapper, **options)
+
+        by_name = {new.name: old for old, new in val_map.items()}
+        order: list[fx.Node] = []
+        for node in result.gm.graph.nodes:
+            if node.op == "output":
+                continue
+            old = by_name.get(node.name)
+            if old is None:
+                raise SolvercastError(f"the optimized graph has a node {node.name!r} ({node.target}) that the "
+                                      f"input graph lacks; cannot rewrite the fx.Graph in place")
+            order.append(old)
+        placed = set(order)
+        output = next(n for n in reversed(graph.nodes) if n.op == "output")
+        order += [n for n in graph.nodes if n not in placed and n is not output]  # dead nodes: last
+        for node in order:
+            output.prepend(node)
+        graph.lint()
+        self.last_result = result
+
+    def uuid(self) -> str:
+        """A stable id for Inductor's cache key: the options (not ``progress``) and solvercast's sources."""
+        import hashlib
+        from pathlib import Path
+
+        h = hashlib.sha256(b"solvercast.SolvercastPass/1\0")
+        for key in sorted(self.options):
+            if key != "progress":
+                h.update(f"{key}={self.options[key]!r}\0".encode())
+        package = Path(__file__).resolve().parent
+        for path in sorted(package.rglob("*.py")):
+            h.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+        return h.hexdigest()
+
+    def __repr__(self) -> str:
+        return f"SolvercastPass({', '.join(f'{k}={v!r}' for k, v in self.options.items())})"

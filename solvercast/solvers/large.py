@@ -1,0 +1,102 @@
+"""Reduced CP-SAT models for graphs past what a monolithic model handles.
+
+A monolithic model with memory stalls past a few hundred tasks on 2 cores
+(shared/notes/cpsat-scaling.md). Two reductions of the same model
+(`solve_cpsat` with ``fixed_order``), both warm-started from the incumbent and
+accepting only improvements judged by `simulate`:
+
+* placement: compute tasks keep the incumbent's order and streams; only where
+  collectives launch, where waits land (and views) is free.
+* windows: large-neighbourhood search. Everything outside a window of
+  consecutive tasks (in program order) keeps its relative order; the window is
+  free. Windows are centred on the places where the default stream sits idle
+  (the only places a reorder can shorten a one-stream schedule), largest idle
+  first, then slide over the rest.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from solvercast.problem import Problem, Role
+from solvercast.schedule import Schedule
+from solvercast.simulate import SimResult, simulate
+from solvercast.solvers.cpsat import solve_cpsat
+from solvercast.solvers.result import SolveResult, SolveStatus
+
+
+def solve_placement(problem: Problem, hint: Schedule, time_limit: float, memory_budget: int | None = None,
+                    **options) -> SolveResult:
+    """CP-SAT with the compute order (and streams) of ``hint`` fixed."""
+    fixed = {t for t, task in enumerate(problem.tasks) if task.role == Role.COMPUTE}
+    return solve_cpsat(problem, time_limit=time_limit, memory_budget=memory_budget, hint=hint, fixed_order=fixed,
+                       **options)
+
+
+def idle_points(problem: Problem, schedule: Schedule, sim: SimResult) -> list[tuple[int, int]]:
+    """(idle time, program position) before each task the default stream waited for, largest first."""
+    out = []
+    free = 0
+    for pos, t in enumerate(schedule.order):
+        if problem.tasks[t].role == Role.FREE or sim.streams[t] != 0:
+            continue
+        if sim.start[t] > free:
+            out.append((sim.start[t] - free, pos))
+        free = max(free, sim.end[t])
+    return sorted(out, key=lambda x: (-x[0], x[1]))
+
+
+def window_starts(problem: Problem, schedule: Schedule, sim: SimResult, size: int) -> list[int]:
+    """Where windows begin: around each idle point (most idle first), then a slide with half overlap."""
+    n = problem.num_tasks
+    last = max(0, n - size)
+    starts = [min(last, max(0, pos - (3 * size) // 4)) for _, pos in idle_points(problem, schedule, sim)]
+    starts += list(range(0, last + 1, max(1, size // 2)))
+    seen, ordered = set(), []
+    for s in starts:
+        if s not in seen:
+            seen.add(s)
+            ordered.append(s)
+    return ordered
+
+
+def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_budget: int | None = None, *,
+                  window: int = 200, per_window: float = 4.0, deterministic: bool = True,
+                  progress: Callable[[str], None] | None = None) -> SolveResult:
+    """Large-neighbourhood search over windows of ``window`` tasks until ``time_limit``.
+
+    Returns the best schedule found (the hint if nothing improved, with
+    HINT_KEPT); ``stats`` records windows tried and improved.
+    """
+    say = progress or (lambda msg: None)
+    started = time.perf_counter()
+    best, best_sim = hint, simulate(problem, hint)
+    tried = improved = 0
+    all_tasks = set(range(problem.num_tasks))
+    queue = window_starts(problem, best, best_sim, window)
+    overhead = 0.0  # model building and checking around each solve, measured on the last window
+    while queue:
+        left = time_limit - (time.perf_counter() - started) - overhead
+        if left < 0.5:
+            break
+        lo = queue.pop(0)
+        free = set(best.order[lo:lo + window])
+        window_started = time.perf_counter()
+        res = solve_cpsat(problem, time_limit=min(per_window, left), memory_budget=memory_budget, hint=best,
+                          fixed_order=all_tasks - free, deterministic=deterministic)
+        overhead = max(0.0, time.perf_counter() - window_started - res.stats.get("solver_wall_time", 0.0))
+        tried += 1
+        if res.simulated is not None and res.simulated.makespan < best_sim.makespan:
+            best, best_sim = res.schedule, res.simulated
+            improved += 1
+            say(f"  window at {lo}: makespan {best_sim.makespan / 1e3:.1f} us")
+            queue = window_starts(problem, best, best_sim, window)  # the idle points moved
+    wall = time.perf_counter() - started
+    stats = {"windows_tried": tried, "windows_improved": improved, "window": window}
+    if improved == 0:
+        return SolveResult(hint, SolveStatus.HINT_KEPT, best_sim, None, None, wall, "",
+                           f"windowed search: no window of {window} tasks improved ({tried} tried)", stats)
+    best = Schedule(order=best.order, streams=best.streams, method="cpsat-windows")
+    return SolveResult(best, SolveStatus.FEASIBLE, best_sim, None, None, wall, "",
+                       f"windowed search: {improved} of {tried} windows improved", stats)

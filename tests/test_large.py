@@ -1,0 +1,60 @@
+"""Reduced models for large graphs: placement (compute order fixed) and windowed search."""
+
+import pytest
+
+from oracle import brute_force
+from solvercast import Machine, Problem, Role, Schedule, Task, simulate, validate
+from solvercast.heuristics import best_heuristic
+from solvercast.solvers.large import idle_points, solve_placement, solve_windows
+from solvercast.solvers.result import SolveStatus
+from solvercast.testing import random_problem
+
+
+def test_idle_points_find_where_the_default_stream_waits():
+    """mm_a(100), mm_b(100), ag(50) -> wait -> use(10): in the original order the wait (position 3) blocks
+    stream 0 from 200 (mm_b's end) to 250 (ag's end): 50 idle."""
+    tasks = (Task("mm_a", Role.COMPUTE, 100), Task("mm_b", Role.COMPUTE, 100), Task("ag", Role.COMM, 50),
+             Task("wait", Role.WAIT, waits_for=2), Task("use", Role.COMPUTE, 10))
+    p = Problem(tasks, ((2, 3), (3, 4), (0, 4)), machine=Machine())
+    original = Schedule.original(p)
+    assert idle_points(p, original, simulate(p, original)) == [(50, 3)]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_window_over_everything_is_the_exact_model(seed):
+    p = random_problem(seed, 7, sync_overhead=(seed % 2) * 4)
+    budget = simulate(p, Schedule.original(p)).peak_memory
+    best, _ = brute_force(p, budget)
+    res = solve_windows(p, Schedule.original(p), time_limit=10, memory_budget=budget, window=p.num_tasks)
+    assert res.simulated.makespan == best
+    validate(p, res.schedule, memory_budget=budget)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_small_windows_and_placement_are_valid_and_never_worse(seed):
+    p = random_problem(seed, 60, sync_overhead=3)
+    budget = simulate(p, Schedule.original(p)).peak_memory
+    start = Schedule.original(p)
+    windows = solve_windows(p, start, time_limit=6, memory_budget=budget, window=20, per_window=1)
+    validate(p, windows.schedule, memory_budget=budget)
+    assert windows.simulated.makespan <= simulate(p, start).makespan
+    assert windows.stats["windows_tried"] >= 1
+    if windows.status == SolveStatus.HINT_KEPT:
+        assert windows.schedule == start
+
+    hint = best_heuristic(p, budget)
+    placed = solve_placement(p, hint, time_limit=3, memory_budget=budget)
+    validate(p, placed.schedule, memory_budget=budget)
+    assert placed.simulated.makespan <= simulate(p, hint).makespan
+    compute = [t for t in hint.order if p.tasks[t].role == Role.COMPUTE]
+    assert [t for t in placed.schedule.order if p.tasks[t].role == Role.COMPUTE] == compute
+
+
+def test_auto_uses_windowed_search_past_the_monolithic_size(monkeypatch):
+    from solvercast import api, optimize
+    from solvercast.models import build
+
+    monkeypatch.setattr(api, "AUTO_CPSAT_MAX_TASKS", 50)
+    res = optimize(build("synthetic", tasks=120, seed=3), time_limit=4)
+    assert res.report.solver == "cpsat-windows"
+    validate(res.problem, res.schedule)
