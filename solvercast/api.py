@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch.fx as fx
 
-from solvercast.bounds import Bounds, lower_bounds
+from solvercast.bounds import lower_bounds
 from solvercast.errors import InfeasibleBudgetError, SolvercastError
 from solvercast.extract import extract_problem
 from solvercast.problem import Problem

@@ -42,6 +42,7 @@ class SimResult:
     order: tuple[int, ...]
     busy: dict[int, int]  # stream -> total busy time
     memory: MemoryProfile
+    launch: dict[int, int]  # asynchronous collective -> its launch point on the default stream
 
     @property
     def memory_timeline(self) -> tuple[int, ...]:
@@ -151,6 +152,7 @@ def simulate(problem: Problem, schedule: Schedule) -> SimResult:
     end = [0] * problem.num_tasks
     stream_free = [0] * machine.num_streams
     busy = [0] * machine.num_streams
+    launch_at: dict[int, int] = {}
     share_gpu = machine.compute_streams > 1
     active: list[tuple[int, int, float]] = []  # compute intervals that may still overlap new work
     # compute tasks still to come per stream: a stream with none left no longer holds back pruning
@@ -178,7 +180,7 @@ def simulate(problem: Problem, schedule: Schedule) -> SimResult:
             launch = stream_free[0]
             for p in problem.sync_preds[t]:
                 launch = max(launch, end[p] + (sync if streams[p] != 0 else 0))
-            stream_free[0] = launch
+            stream_free[0] = launch_at[t] = launch
             ready = launch + sync
         est = max(ready, stream_free[s])
         if share_gpu and machine.is_compute_stream(s) and task.duration:
@@ -210,6 +212,7 @@ def simulate(problem: Problem, schedule: Schedule) -> SimResult:
         order=order,
         busy={s: busy[s] for s in range(machine.num_streams)},
         memory=mem,
+        launch=launch_at,
     )
 
 

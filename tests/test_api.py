@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from solvercast import InfeasibleBudgetError, Schedule, SolvercastPass, lower_bounds, optimize, simulate, validate
+from solvercast import InfeasibleBudgetError, Schedule, SolvercastPass, lower_bounds, optimize, validate
 from solvercast.cli import main
 from solvercast.models import build
 

@@ -36,7 +36,6 @@ is checked.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -48,6 +47,7 @@ from solvercast.errors import InfeasibleBudgetError
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 from solvercast.simulate import SimResult, simulate, validate
+from solvercast.solvers.common import scale_problem, topological_by_key
 from solvercast.solvers.result import SolveResult, SolveStatus
 
 MAX_MODEL_HORIZON = 2_000_000  # time units the model works in; larger horizons are scaled down
@@ -56,16 +56,6 @@ OCCUPANCY_SCALE = 1000
 # (synthetic 300 tasks) to 0.12 (fsdp_layers 4 layers), 0.27 on easy models. The low end is taken so
 # the deterministic limit, not the wall clock, ends the search (see solve_cpsat).
 DETERMINISTIC_UNITS_PER_SECOND = 0.05
-
-
-def scale_problem(problem: Problem, factor: int) -> Problem:
-    """Durations and sync divided by ``factor``, rounded up: any schedule of the
-    scaled problem, scaled back, is a feasible timing of the real one."""
-    if factor == 1:
-        return problem
-    tasks = tuple(dataclasses.replace(t, duration=-(-t.duration // factor)) for t in problem.tasks)
-    machine = dataclasses.replace(problem.machine, sync_overhead=-(-problem.machine.sync_overhead // factor))
-    return dataclasses.replace(problem, tasks=tasks, machine=machine)
 
 
 class _Model:
@@ -221,7 +211,7 @@ class _Model:
 
     def _comm_precede(self, a: int, b: int, enforce=None) -> None:
         """a before b in program order, and on their comm stream if they share one."""
-        p, m = self.p, self.m
+        m = self.m
         cond = [] if enforce is None else [enforce]
         if self.single_stream:
             self._pending_program_order.append((a, b, enforce))
@@ -324,7 +314,6 @@ class _Model:
         """Keep the tasks in ``fixed`` in the incumbent's relative order and on its streams; the others
         stay free. Used by the placement model and by windowed search (solvers/large.py)."""
         p, m = self.p, self.m
-        launch = self._launch_points(schedule, sim)
         last_on: dict[int, tuple] = {}  # stream -> (end expression) of the previous fixed item
         previous_ptime = None
         for t in schedule.order:
@@ -361,7 +350,7 @@ class _Model:
             for k, lit in self.on[t].items():
                 if not isinstance(lit, int):
                     m.AddHint(lit, int(sim.streams[t] == k))
-        launch = self._launch_points(schedule, sim)
+        launch = sim.launch
         for c, l in self.launch.items():
             m.AddHint(l, launch[c])
         for (a, b), same in self.same.items():
@@ -397,22 +386,6 @@ class _Model:
                     end_value = max(ptime[u] + 1 for u in ends) if self.single_stream else max(
                         [sim.end[u] for u in ends] + ([born_value + 1] if buf.producer is not None else []))
                 m.AddHint(size, end_value - born_value)
-
-    def _launch_points(self, schedule: Schedule, sim: SimResult) -> dict[int, int]:
-        """Replay the default stream to find where each collective was launched."""
-        p = self.p
-        sync = p.machine.sync_overhead
-        launch = {}
-        free0 = 0
-        for t in schedule.order:
-            if t in p.wait_of:
-                at = free0
-                for q in p.sync_preds[t]:
-                    at = max(at, sim.end[q] + (sync if sim.streams[q] != 0 else 0))
-                launch[t] = free0 = at
-            elif p.tasks[t].role != Role.FREE and sim.streams[t] == 0:
-                free0 = sim.end[t]
-        return launch
 
     def _program_time_hint(self, schedule: Schedule, sim: SimResult, launch: dict[int, int]) -> dict[int, int]:
         """Program times that sort exactly into the schedule's order."""
@@ -456,7 +429,7 @@ class _Model:
                     ready = max((solver.Value(self.start[q]) + p.tasks[q].duration for q in p.sync_preds[t]),
                                 default=0)
                     key[t] = (ready, 0, t)
-        order = _topological_by_key(p, key)
+        order = topological_by_key(p, key)
         return Schedule(order=order, streams=streams, method="cpsat")
 
 
@@ -487,24 +460,6 @@ class _Progress(cp_model.CpSolverSolutionCallback):
     def on_solution_callback(self) -> None:
         self.say(f"  CP-SAT: makespan {self.ObjectiveValue() * self.factor / 1e3:.1f} us "
                  f"(bound {self.BestObjectiveBound() * self.factor / 1e3:.1f} us) at {self.WallTime():.1f} s")
-
-
-def _topological_by_key(problem: Problem, key: dict) -> list[int]:
-    """Sort by key, but never put a task before its predecessors (guards ties)."""
-    import heapq
-
-    indeg = [len(ps) for ps in problem.preds]
-    heap = [(key[t], t) for t in range(problem.num_tasks) if indeg[t] == 0]
-    heapq.heapify(heap)
-    order = []
-    while heap:
-        _, t = heapq.heappop(heap)
-        order.append(t)
-        for s in problem.succs[t]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(heap, (key[s], s))
-    return order
 
 
 def solve_cpsat(

@@ -55,8 +55,6 @@ worse than the warm start.
 
 from __future__ import annotations
 
-import dataclasses
-import heapq
 import json
 import math
 import os
@@ -71,6 +69,7 @@ from solvercast.errors import InfeasibleBudgetError
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 from solvercast.simulate import SimResult, simulate, validate
+from solvercast.solvers.common import scale_problem, topological_by_key
 from solvercast.solvers.result import SolveResult, SolveStatus
 
 
@@ -185,46 +184,6 @@ def _solve_cbc(lp, time_limit: float, msg: bool, warm: bool) -> tuple[str, str, 
     if sol_status == pulp.LpSolutionIntegerFeasible:
         return "feasible", name, None
     return "none", name, None
-
-
-def scale_problem(problem: Problem, factor: int) -> Problem:
-    """Durations and sync divided by ``factor``, rounded up (as in CP-SAT)."""
-    if factor == 1:
-        return problem
-    tasks = tuple(dataclasses.replace(t, duration=-(-t.duration // factor)) for t in problem.tasks)
-    machine = dataclasses.replace(problem.machine, sync_overhead=-(-problem.machine.sync_overhead // factor))
-    return dataclasses.replace(problem, tasks=tasks, machine=machine)
-
-
-def _topological_by_key(problem: Problem, key: dict) -> list[int]:
-    """Sort by key, but never put a task before its predecessors (guards ties)."""
-    indeg = [len(ps) for ps in problem.preds]
-    heap = [(key[t], t) for t in range(problem.num_tasks) if indeg[t] == 0]
-    heapq.heapify(heap)
-    order = []
-    while heap:
-        _, t = heapq.heappop(heap)
-        order.append(t)
-        for s in problem.succs[t]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(heap, (key[s], s))
-    return order
-
-
-def _launch_points(problem: Problem, schedule: Schedule, sim: SimResult) -> dict[int, int]:
-    """Replay the default stream to find where each collective was launched."""
-    sync = problem.machine.sync_overhead
-    launch, free0 = {}, 0
-    for t in schedule.order:
-        if t in problem.wait_of:
-            at = free0
-            for q in problem.sync_preds[t]:
-                at = max(at, sim.end[q] + (sync if sim.streams[q] != 0 else 0))
-            launch[t] = free0 = at
-        elif problem.tasks[t].role != Role.FREE and sim.streams[t] == 0:
-            free0 = sim.end[t]
-    return launch
 
 
 class _Model:
@@ -473,7 +432,7 @@ class _Model:
         p = self.p
         pos = schedule.positions()
         streams = sim.streams
-        launch = _launch_points(p, schedule, sim)
+        launch = sim.launch
         mem = None
         for v, kind, key in self.vars:
             if kind == "x":
@@ -523,7 +482,7 @@ class _Model:
             streams[t] = max(ys, key=lambda s: ys[s] if isinstance(ys[s], int) else (ys[s].value() or 0.0))
         pos_of = {t: max(self.x[t], key=lambda k: self.x[t][k].value() or 0.0) for t in range(self.n)}
         key = {t: (pos_of[t], t) for t in range(self.n)}
-        out = [Schedule(order=_topological_by_key(p, key), streams=streams, method="milp")]
+        out = [Schedule(order=topological_by_key(p, key), streams=streams, method="milp")]
         if p.machine.compute_streams > 1:
             val = {t: self.S[t].value() or 0.0 for t in self.S}
             tkey = {}
@@ -536,7 +495,7 @@ class _Model:
                 if p.tasks[t].role == Role.FREE:
                     ready = max((val[q] + p.tasks[q].duration for q in p.sync_preds[t]), default=0.0)
                     tkey[t] = (round(ready, 6), 0, t)
-            out.append(Schedule(order=_topological_by_key(p, tkey), streams=streams, method="milp"))
+            out.append(Schedule(order=topological_by_key(p, tkey), streams=streams, method="milp"))
         return out
 
 

@@ -1,0 +1,108 @@
+"""SolvercastPass as a gm -> gm callable and as a torch.compile (Inductor) post-grad custom pass on CPU.
+
+The compiled function contains a functional collective (``_c10d_functional.all_reduce`` + ``wait_tensor``)
+on the fake process group of `solvercast.models.fake_group`: Inductor compiles it on CPU and the fake
+group runs it eagerly too (no communication: the fake "sum" leaves the tensor as it is), so compiled and
+eager outputs can be compared.
+"""
+
+import pytest
+import torch
+import torch.fx as fx
+
+from solvercast import SolvercastPass
+from solvercast.models import build, fake_group
+
+GROUP = fake_group(2)
+C10D = torch.ops._c10d_functional
+
+
+def step(x, w1, w2, w3):
+    # program order is bad on purpose: the independent matmul x @ w2 comes after the wait,
+    # so the all_reduce is exposed; the scheduler can hide it behind that matmul.
+    a = x @ w1
+    r = C10D.wait_tensor(C10D.all_reduce(a, "sum", GROUP))
+    c = torch.relu(r) @ w3
+    b = torch.tanh(x @ w2)
+    return c + b
+
+
+def inputs(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(64, 128, generator=g), torch.randn(128, 256, generator=g),
+            torch.randn(128, 256, generator=g), torch.randn(256, 256, generator=g))
+
+
+def test_pass_is_an_inductor_custom_graph_pass_with_a_stable_uuid():
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    p = SolvercastPass(time_limit=1)
+    assert isinstance(p, CustomGraphPass)  # else Inductor bypasses its FX graph cache
+    assert p.uuid() == SolvercastPass(time_limit=1).uuid()
+    assert p.uuid() == SolvercastPass(time_limit=1, progress=print).uuid()  # progress does not change results
+    assert p.uuid() != SolvercastPass(time_limit=2).uuid()
+
+
+@pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled")
+def test_runs_as_torch_compile_post_grad_pass_on_cpu():
+    p = SolvercastPass(time_limit=1)
+    lowered = []  # the node order Inductor goes on with, recorded by a pass after ours
+
+    def record(graph):
+        lowered.append([n.name for n in graph.nodes])
+
+    args = inputs()
+    expected = step(*args)
+    torch._dynamo.reset()
+    # caches off: a cache hit (same uuid, same graph) would skip the pass
+    with torch._inductor.config.patch(post_grad_custom_post_pass=[p, record], force_disable_caches=True):
+        compiled = torch.compile(step, backend="inductor", fullgraph=True)
+        out = compiled(*args)
+    torch._dynamo.reset()
+
+    assert p.calls == 1 and p.last_result is not None
+    res = p.last_result
+    names = {t.name for t in res.problem.tasks}
+    assert any("all_reduce" in n for n in names) and any("wait_tensor" in n for n in names)
+    assert res.report.optimized_makespan <= res.report.baseline_makespan
+    assert res.report.optimized_makespan == res.optimized.makespan
+    assert lowered == [[n.name for n in res.gm.graph.nodes]]  # Inductor's graph now has the optimized order
+    assert res.report.optimized_peak_memory <= res.report.memory_budget
+    assert torch.allclose(out, expected, rtol=1e-4, atol=1e-4)
+    # the same compiled function on other values
+    other = inputs(1)
+    assert torch.allclose(compiled(*other), step(*other), rtol=1e-4, atol=1e-4)
+
+
+def test_graph_input_is_reordered_in_place_to_the_optimized_order():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    gm = make_fx(step, tracing_mode="fake")(*inputs())
+    graph = gm.graph
+    nodes_before = set(graph.nodes)
+    p = SolvercastPass(time_limit=1, compute_streams=2)
+    with pytest.warns(UserWarning, match="single compute stream"):
+        assert p(graph) is None
+    assert set(graph.nodes) == nodes_before and gm.graph is graph  # same nodes, same owner, new order
+    graph.lint()
+    optimized = [n.name for n in p.last_result.gm.graph.nodes]
+    assert [n.name for n in graph.nodes if n.name in optimized] == optimized
+    assert p.last_result.report.optimized_makespan < p.last_result.report.baseline_makespan  # the wait moved
+    gm.recompile()
+    args = inputs(2)
+    assert torch.allclose(gm(*args), step(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_graph_module_input_returns_an_equivalent_module():
+    gm = build("tp_block", layers=1)
+    code = gm.code
+    p = SolvercastPass(time_limit=1)
+    out = p(gm)
+    assert isinstance(out, fx.GraphModule) and out is not gm and gm.code == code
+    assert p.calls == 1 and p.last_result.gm is out
+    assert p.last_result.report.optimized_makespan <= p.last_result.report.baseline_makespan
+    torch.manual_seed(0)
+    args = [torch.randn(n.meta["val"].shape, dtype=n.meta["val"].dtype) for n in gm.graph.nodes
+            if n.op == "placeholder"]
+    for a, b in zip(gm(*args), out(*args)):
+        assert torch.equal(a, b)
