@@ -20,9 +20,9 @@ from solvercast.solvers.result import SolveResult, SolveStatus
 
 METHODS = ("auto", "cpsat", "cpsat-placement", "cpsat-windows", "milp", "heuristic", "list", "comm_priority",
            "original")
-# auto: a monolithic CP-SAT model up to this many tasks; beyond, placement then windowed search
-# (a monolithic model with memory stalls past a few hundred to a thousand tasks: notes/cpsat-scaling.md)
-AUTO_CPSAT_MAX_TASKS = 1000
+# auto: a monolithic CP-SAT model up to this many tasks (measured: it still improves on the heuristic at
+# 3,000 tasks and finds nothing at 10,000: experiments/results/scale.md); beyond, placement then windows
+AUTO_CPSAT_MAX_TASKS = 4000
 
 
 @dataclass
