@@ -15,8 +15,13 @@ def _stream_name(problem: Problem, s: int) -> str:
 
 
 def memory_over_time(problem: Problem, sim: SimResult) -> tuple[list[int], list[int]]:
-    """(times, bytes): resident bytes after each program step, at the step's start time."""
-    times = [sim.start[t] for t in sim.order]
+    """(times, bytes): resident bytes during each program step, placed at the step's issue time on the
+    device: a collective at its launch point, others at their start; a running maximum keeps the
+    curve in program order (a step never appears before the one issued ahead of it)."""
+    times, latest = [], 0
+    for t in sim.order:
+        latest = max(latest, sim.launch.get(t, sim.start[t]))
+        times.append(latest)
     return times, list(sim.memory.during_step)
 
 
