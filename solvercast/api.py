@@ -146,8 +146,10 @@ def _solve(problem: Problem, method: str, time_left: float, deterministic: bool,
     if method == "original":
         return Schedule.original(problem), {**info, "method": "original"}
     if method in ("list", "comm_priority"):
-        fn = list_schedule if method == "list" else comm_priority_schedule
-        schedule = fn(problem) if method == "comm_priority" else fn(problem, budget)
+        if method == "list":
+            schedule = list_schedule(problem, memory_budget=budget)
+        else:
+            schedule = comm_priority_schedule(problem, memory_budget=budget)
         phase("heuristics")
         return _within_budget(problem, schedule, budget), {**info, "method": method}
 

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from ortools.sat.python import cp_model
 
 from solvercast.bounds import earliest_starts, latest_starts
-from solvercast.errors import InfeasibleBudgetError
+from solvercast.errors import InfeasibleBudgetError, InvalidScheduleError
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 from solvercast.simulate import SimResult, simulate, validate
@@ -459,14 +459,22 @@ def _check_hint(model: _Model) -> None:
         raise AssertionError(f"hint is not a feasible point of the CP-SAT model ({checker.StatusName(status)})")
 
 
-class _Progress(cp_model.CpSolverSolutionCallback):
-    def __init__(self, say: Callable[[str], None], factor: int):
+class _Solutions(cp_model.CpSolverSolutionCallback):
+    """Reports each improving solution, and with several compute streams keeps
+    their schedules: re-simulation may push the last one over the budget (memory
+    is judged over time there), and an earlier one may still hold it."""
+
+    def __init__(self, model: _Model, say: Callable[[str], None] | None, factor: int, keep: bool):
         super().__init__()
-        self.say, self.factor = say, factor
+        self.model, self.say, self.factor, self.keep = model, say, factor, keep
+        self.schedules: list[Schedule] = []
 
     def on_solution_callback(self) -> None:
-        self.say(f"  CP-SAT: makespan {self.ObjectiveValue() * self.factor / 1e3:.1f} us "
-                 f"(bound {self.BestObjectiveBound() * self.factor / 1e3:.1f} us) at {self.WallTime():.1f} s")
+        if self.say:
+            self.say(f"  CP-SAT: makespan {self.ObjectiveValue() * self.factor / 1e3:.1f} us "
+                     f"(bound {self.BestObjectiveBound() * self.factor / 1e3:.1f} us) at {self.WallTime():.1f} s")
+        if self.keep:
+            self.schedules.append(self.model.extract(self))
 
 
 def solve_cpsat(
@@ -545,7 +553,7 @@ def solve_cpsat(
         if callable(log_progress):
             solver.log_callback = log_progress
     build_time = time.perf_counter() - build_started
-    callback = _Progress(progress, factor) if progress else None
+    callback = _Solutions(model, progress, factor, keep=not model.single_stream and budget is not None)
     status = solver.Solve(model.m, callback)
     wall = time.perf_counter() - t0
     name = solver.StatusName(status)
@@ -567,15 +575,24 @@ def solve_cpsat(
         return SolveResult(hint, SolveStatus.HINT_KEPT, hint_sim, None, None, wall, name,
                            f"CP-SAT found no solution in {time_limit:g} s ({name}); kept the warm start", stats)
 
-    schedule = model.extract(solver)
+    final = model.extract(solver)
     objective = int(solver.ObjectiveValue()) * factor
-    try:
-        sim = validate(problem, schedule, memory_budget=budget)
-    except Exception as e:  # the model and the simulator disagree: keep the hint, say so
+    schedule, sim, rejected = None, None, None
+    for candidate in [final] + callback.schedules[::-1]:  # the final solution first, then earlier ones
+        try:
+            sim = validate(problem, candidate, memory_budget=budget)
+            schedule = candidate
+            break
+        except InvalidScheduleError as e:  # the model and the simulator disagree on this one
+            rejected = rejected or e
+    if schedule is None:
         if hint is None:
-            raise
+            raise rejected
         return SolveResult(hint, SolveStatus.HINT_KEPT, hint_sim, objective, bound, wall, name,
-                           f"CP-SAT's schedule failed validation ({e}); kept the warm start", stats)
+                           f"CP-SAT's schedule failed validation ({rejected}); kept the warm start", stats)
+    if schedule is not final:
+        status = cp_model.FEASIBLE  # an earlier solution: no longer the proven optimum
+        stats["fell_back_to_earlier_solution"] = str(rejected)
     if hint_sim is not None and sim.makespan >= hint_sim.makespan:
         msg = "CP-SAT proved the warm start optimal" if status == cp_model.OPTIMAL else \
             "CP-SAT found nothing better than the warm start"
