@@ -258,37 +258,19 @@ class _ListMemory:
 
     def __init__(self, problem: Problem):
         n = problem.num_tasks
-        self.alloc = [0] * n
+        self.alloc = list(problem.allocated_bytes)
         self.pot_free = [0] * n
         self.touches: list[list[int]] = [[] for _ in range(n)]
         self.remaining: list[set[int]] = []
         self.size: list[int] = []
-        cur = 0
-        for b, buf in enumerate(problem.buffers):
-            users = problem.buffer_users[b]
-            if buf.producer is not None:
-                self.alloc[buf.producer] += buf.size
-            if buf.is_input:
-                if not buf.freeable:
-                    cur += buf.size
-                    continue
-                if not users:
-                    continue
-                cur += buf.size
-                holders = set(users)
-            elif buf.is_output:
-                continue
-            else:
-                holders = set(users) | {buf.producer}
-            k = len(self.size)
-            self.size.append(buf.size)
-            self.remaining.append(holders)
+        for k, (size, holders) in enumerate(problem.releasable):
+            self.size.append(size)
+            self.remaining.append(set(holders))
             for h in holders:
                 self.touches[h].append(k)
             if len(holders) == 1:
-                self.pot_free[next(iter(holders))] += buf.size
-        self.cur = cur
-        self.peak = cur
+                self.pot_free[next(iter(holders))] += size
+        self.cur = self.peak = problem.initial_resident_bytes
 
     def issue(self, t: int) -> list[int]:
         """Issue ``t``; returns the tasks whose ``pot_free`` grew."""

@@ -98,39 +98,22 @@ class SwapState(LinkedOrder):
         for i, t in enumerate(order):
             pos[t] = i
 
-        self.alloc = [0] * n
+        self.alloc = list(problem.allocated_bytes)
         self.free = [0] * n
         self.pre = [0] * n
         self.bufs_of: list[list[int]] = [[] for _ in range(n)]  # freeable buffers each task holds
         self.holders: list[frozenset[int]] = []
         self.size: list[int] = []
         self.last: list[int] = []
-        resident = 0
-        for b, buf in enumerate(problem.buffers):
-            users = problem.buffer_users[b]
-            if buf.producer is not None:
-                self.alloc[buf.producer] += buf.size
-            if buf.is_input:
-                if not buf.freeable:
-                    resident += buf.size
-                    continue
-                if not users:
-                    continue
-                resident += buf.size
-                holders = frozenset(users)
-            elif buf.is_output:
-                continue
-            else:
-                holders = frozenset(users) | {buf.producer}
-            k = len(self.size)
-            self.size.append(buf.size)
+        for k, (size, holders) in enumerate(problem.releasable):
+            self.size.append(size)
             self.holders.append(holders)
             last = max(holders, key=pos.__getitem__)
             self.last.append(last)
-            self.free[last] += buf.size
+            self.free[last] += size
             for h in holders:
                 self.bufs_of[h].append(k)
-        self.resident = resident
+        self.resident = resident = problem.initial_resident_bytes
         cur = resident
         for t in order:
             self.pre[t] = cur

@@ -225,6 +225,36 @@ class Problem:
         return tuple(out)
 
     @cached_property
+    def allocated_bytes(self) -> tuple[int, ...]:
+        """Bytes each task allocates when it is issued."""
+        alloc = [0] * self.num_tasks
+        for buf in self.buffers:
+            if buf.producer is not None:
+                alloc[buf.producer] += buf.size
+        return tuple(alloc)
+
+    @cached_property
+    def releasable(self) -> tuple[tuple[int, frozenset[int]], ...]:
+        """(bytes, holders) of every buffer that is freed during the step: at the
+        program step of the last of its holders (its effective users and its
+        producer). Outputs and non-freeable inputs never are; a freeable input
+        nobody reads is not resident at all."""
+        out = []
+        for b, buf in enumerate(self.buffers):
+            users = self.buffer_users[b]
+            if buf.is_output or (buf.is_input and not (buf.freeable and users)):
+                continue
+            holders = frozenset(users) | ({buf.producer} if buf.producer is not None else frozenset())
+            out.append((buf.size, holders))
+        return tuple(out)
+
+    @cached_property
+    def initial_resident_bytes(self) -> int:
+        """Bytes resident before the first step: all graph inputs but freeable ones nobody reads."""
+        return sum(b.size for i, b in enumerate(self.buffers)
+                   if b.is_input and (not b.freeable or self.buffer_users[i]))
+
+    @cached_property
     def buffers_allocated_by(self) -> tuple[tuple[int, ...], ...]:
         allocs: list[list[int]] = [[] for _ in self.tasks]
         for b, buf in enumerate(self.buffers):

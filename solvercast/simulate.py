@@ -66,21 +66,11 @@ def memory_profile(problem: Problem, order: tuple[int, ...] | list[int]) -> Memo
         pos[t] = i
     alloc_at = [0] * n
     free_at = [0] * n
-    resident = 0
-    for b, buf in enumerate(problem.buffers):
-        users = problem.buffer_users[b]
-        if buf.is_input:
-            if not buf.freeable:
-                resident += buf.size
-            elif users:
-                resident += buf.size
-                free_at[max(pos[u] for u in users)] += buf.size
-            continue
-        step = pos[buf.producer]
-        alloc_at[step] += buf.size
-        if not buf.is_output:
-            last = max([step] + [pos[u] for u in users])
-            free_at[last] += buf.size
+    for t, size in enumerate(problem.allocated_bytes):
+        alloc_at[pos[t]] += size
+    for size, holders in problem.releasable:
+        free_at[max(pos[h] for h in holders)] += size
+    resident = problem.initial_resident_bytes
     during = []
     after = []
     peak, peak_step = resident, -1
