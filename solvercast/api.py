@@ -125,6 +125,7 @@ def optimize(
         if schedule.order != original.order or schedule.streams:
             fallback = (fallback + "; " if fallback else "") + "no method beat the original order: kept it"
         schedule, optimized = original, baseline
+        solver_info["method"] = "original"
     solver_info["fallback"] = fallback
 
     from solvercast.lower import lower
@@ -144,7 +145,7 @@ def _solve(problem: Problem, method: str, time_left: float, deterministic: bool,
     info: dict = {"method": method}
     budget = problem.machine.memory_budget
     if method == "original":
-        return Schedule.original(problem), {**info, "method": "original"}
+        return _within_budget(problem, Schedule.original(problem), budget), {**info, "method": "original"}
     if method in ("list", "comm_priority"):
         if method == "list":
             schedule = list_schedule(problem, memory_budget=budget)

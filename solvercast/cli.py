@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (SolvercastError, ValueError, TypeError) as e:
+    except (SolvercastError, ValueError, TypeError, OSError) as e:  # OSError: an output file cannot be written
         print(f"solvercast: error: {e}", file=sys.stderr)
         return 2
 

@@ -63,12 +63,31 @@ def _storage_bytes(t: torch.Tensor) -> int:
         return _hint(t.numel()) * t.element_size()
 
 
-def _is_mutation(node: fx.Node) -> list[int]:
-    """Positions of the arguments this op writes, from its schema."""
+def _written_nodes(node: fx.Node) -> list[fx.Node]:
+    """The values this op writes, from its schema: positional or keyword
+    arguments (``out=``), single tensors or tensor lists."""
     schema = getattr(node.target, "_schema", None)
     if schema is None:
         return []
-    return [i for i, a in enumerate(schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+    written = []
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = node.args[i] if i < len(node.args) and not arg.kwarg_only else node.kwargs.get(arg.name)
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(v, fx.Node):
+                written.append(v)
+    return written
+
+
+# ops that read only a tensor's metadata, never its data: no GPU work, no stream
+_METADATA_OPS = {torch.ops.aten.sym_size.int, torch.ops.aten.sym_numel.default, torch.ops.aten.sym_stride.int,
+                 torch.ops.aten.sym_storage_offset.default}
+
+
+def _returns_nothing(node: fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return node.op == "call_function" and schema is not None and len(schema.returns) == 0
 
 
 def _matches(node: fx.Node, ops: Iterable) -> bool:
@@ -135,6 +154,8 @@ def extract_problem(
                 obj = getattr(obj, part)
             return obj
         if "val" not in node.meta:
+            if _returns_nothing(node):  # make_fx records no value for ops that return None (foreach_add_, ...)
+                return None
             raise ExtractionError(
                 f"node {node.name!r} ({node.op} {node.target}) has no meta['val']: trace the model with "
                 "make_fx(..., tracing_mode='fake'), torch.export, or run FakeTensorProp before extracting")
@@ -189,7 +210,7 @@ def extract_problem(
     for node in task_nodes:
         op_name = str(node.target)
         is_wait = node.op == "call_function" and node.target is _WAIT
-        writes = _is_mutation(node)
+        writes = _written_nodes(node)
         if is_wait:
             coll = collective_behind(node.args[0])
             if primary_wait[coll] is node:
@@ -215,7 +236,10 @@ def extract_problem(
             role = Role.COMM
         elif _matches(node, comm_ops):
             role = Role.COMM
-        elif not fresh and not writes:
+        elif not fresh and not writes and (storages_of[node] or not node.all_input_nodes
+                                            or node.target in _METADATA_OPS):
+            # an alias of its input, or metadata only; an op that reads tensor data and returns a
+            # scalar (item, ...) does GPU work and must stay on the stream of its input
             role = Role.FREE
         else:
             role = Role.COMPUTE
@@ -271,9 +295,8 @@ def extract_problem(
                     edges.add((last_writer[k], t))  # read after write
                 last_readers.setdefault(k, []).append(t)
         written = set()
-        for i in _is_mutation(node):
-            if i < len(node.args) and isinstance(node.args[i], fx.Node):
-                written.update(canon(k) for k in storages_of.get(node.args[i], ()))
+        for v in _written_nodes(node):
+            written.update(canon(k) for k in storages_of.get(v, ()))
         for k in written:
             for r in last_readers.get(k, []):
                 if r != t:

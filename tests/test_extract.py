@@ -142,3 +142,49 @@ def test_freeable_inputs_must_name_inputs():
         extract_problem(tiny_graph(), freeable_inputs=["nope"])
     p = extract_problem(tiny_graph(), freeable_inputs=["x_1"])
     assert p.resident_bytes == 256
+
+
+def test_writes_through_out_keyword_and_tensor_lists_are_ordered():
+    """buf = clone(a); r = sum(buf); mm(a, b, out=buf); sum(buf): the mm writes buf (out=), so it must come
+    after the first sum and before the second; same for all_reduce_coalesced_ writing a list in place."""
+
+    def f(a, b):
+        buf = a.clone()
+        r = buf.sum()
+        torch.mm(a, b, out=buf)
+        return r, buf.sum()
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(4, 4), torch.randn(4, 4))
+    p = extract_problem(gm)
+    ids = {t.name: i for i, t in enumerate(p.tasks)}
+    assert ids["sum_1"] in p.preds[ids["mm"]] and ids["mm"] in p.preds[ids["sum_2"]]
+
+    group = fake_group(2)
+
+    def g(x, y):
+        sx = x.sum()
+        torch.ops._c10d_functional.all_reduce_coalesced_([x, y], "sum", group)
+        return sx, x + y
+
+    gm = make_fx(g, tracing_mode="fake")(torch.randn(4), torch.randn(4))
+    p = extract_problem(gm)
+    ids = {t.name: i for i, t in enumerate(p.tasks)}
+    coll = next(i for i, t in enumerate(p.tasks) if "coalesced" in t.op)
+    assert ids["sum_1"] in p.preds[coll] and coll in p.preds[ids["add"]]
+
+
+def test_ops_returning_none_or_scalars_from_data():
+    """foreach_add_ returns None (no meta['val']): extracted as a writer; item() reads tensor data on the
+    GPU, so it is a compute task, not a stream-less view."""
+
+    def f(a, b):
+        torch._foreach_add_([a], [b])
+        return a.sum().item() + 1, a * 2
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(4), torch.randn(4))
+    p = extract_problem(gm)
+    roles = {t.name: t.role for t in p.tasks}
+    foreach = next(n for n in roles if "foreach" in n)
+    assert roles[foreach] == Role.COMPUTE
+    scalar = next(n for n in roles if "item" in n or "local_scalar" in n)
+    assert roles[scalar] == Role.COMPUTE
