@@ -368,9 +368,13 @@ class _Lowering:
             if is_wait and p == task.waits_for:
                 continue  # the collective library synchronizes a wait with its collective
             if problem.is_async_comm(p):
-                p = problem.wait_of[p]
-                if p == t or p not in self.pos or self.pos[p] > self.pos[t]:
+                wait = problem.wait_of[p]
+                if wait == t:
                     continue
+                if wait in self.pos and self.pos[wait] < self.pos[t]:
+                    p = wait
+                # else (a write to a buffer the collective reads, before its wait): order the task after
+                # the collective's launch on stream 0, as in the original program
             if p in self.pos and self._stream_of(p) != s:
                 pending[p] = None
 
