@@ -490,3 +490,35 @@ def test_mismatched_inputs_are_rejected():
         lower(gm, problem, Schedule(tuple(reversed(range(problem.num_tasks)))))
     with pytest.raises(InvalidScheduleError):
         lower(gm, problem, Schedule(tuple(range(problem.num_tasks)), {0: 5}))
+
+
+def test_writer_of_a_collective_input_waits_for_the_launch():
+    """x = a @ b; h = all_reduce(x); x.add_(1) on stream 1; wait(h). The write must come after the
+    collective is launched on stream 0 (the functional all_reduce copies x there), so add_ binds a token
+    recorded right after the all_reduce."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from solvercast import Schedule, extract_problem, validate
+    from solvercast.lower import lower
+    from solvercast.models import fake_group
+
+    group = fake_group(4)
+    c10d = torch.ops._c10d_functional
+
+    def f(a, b):
+        x = a @ b
+        h = c10d.all_reduce(x, "sum", group)
+        y = x.add_(1)
+        return c10d.wait_tensor(h), y
+
+    gm = make_fx(f, tracing_mode="fake")(torch.randn(4, 4), torch.randn(4, 4))
+    p = extract_problem(gm, compute_streams=2)
+    ids = {t.name: i for i, t in enumerate(p.tasks)}
+    schedule = Schedule((0, 1, 2, 3), {ids["add_"]: 1})
+    validate(p, schedule)
+    lowered = lower(gm, p, schedule)
+    nodes = {n.name: n for n in lowered.graph.nodes}
+    bound = nodes["add_"].args[0]
+    assert bound.target is torch.ops.solvercast.wait_and_bind.default
+    tokens = bound.args[2]
+    assert any(tok.args[0] is nodes["all_reduce"] for tok in tokens)
