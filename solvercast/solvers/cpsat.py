@@ -344,7 +344,6 @@ class _Model:
                 if k in last_on:
                     m.Add(begin >= last_on[k])
                 last_on[k] = end
-        self.fixed = fixed
 
     # ---- objective and hint --------------------------------------------------------------------
     def add_objective(self) -> None:
