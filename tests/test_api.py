@@ -133,3 +133,19 @@ def test_infinite_budget_means_no_budget():
     assert res.report.memory_budget is None and res.problem.machine.memory_budget is None
     assert "memory budget    none" in str(res.report)
     assert res.report.optimized_makespan <= optimize(build("fsdp_layers"), time_limit=2).report.optimized_makespan
+
+
+def test_cli_optimizes_an_exported_program(tmp_path, capsys):
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+        def forward(self, x):
+            return self.b(torch.relu(self.a(x))) + self.a(x).sum()
+
+    path = tmp_path / "two.pt2"
+    torch.export.save(torch.export.export(Two(), (torch.randn(4, 16),)), str(path))
+    assert main(["optimize", "--exported", str(path), "--time-limit", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "solvercast report" in out and "6 tasks" in out
