@@ -84,32 +84,32 @@ def memory_profile(problem: Problem, order: tuple[int, ...] | list[int]) -> Memo
     return MemoryProfile(peak=peak, during_step=tuple(during), after_step=tuple(after), peak_step=peak_step)
 
 
-def _time_peak(problem: Problem, start: list[int], end: list[int]) -> int:
-    """Peak over time when buffers live from their producer's start to their
-    last user's end (used with several compute streams, where the host order
-    and the device timeline differ)."""
+def memory_over_time(problem: Problem, start, end) -> list[tuple[int, int]]:
+    """(time, resident bytes from then on) at every change, when buffers live
+    from their producer's start to their last user's end: the memory rule with
+    several compute streams, where the host order and the device timeline differ."""
     events: list[tuple[int, int]] = []
-    resident = 0
+    resident = problem.initial_resident_bytes
     for b, buf in enumerate(problem.buffers):
         users = problem.buffer_users[b]
-        if buf.is_input and not buf.freeable:
-            resident += buf.size
+        if buf.is_input:
+            if buf.freeable and users:  # resident from the start until its last reader ends
+                events.append((max(end[u] for u in users), -buf.size))
             continue
-        if buf.is_input and not users:
-            continue
-        born = 0 if buf.is_input else start[buf.producer]
-        if buf.is_output:
-            events.append((born, buf.size))
-            continue
-        dies = max([born + 1] + [end[u] for u in users] + ([end[buf.producer]] if buf.producer is not None else []))
+        born = start[buf.producer]
         events.append((born, buf.size))
-        events.append((dies, -buf.size))
+        if not buf.is_output:
+            events.append((max([born + 1, end[buf.producer]] + [end[u] for u in users]), -buf.size))
     events.sort()  # at equal times frees (negative) come first
-    peak = resident
-    for _, delta in events:
+    curve = [(0, resident)]
+    for time, delta in events:
         resident += delta
-        peak = max(peak, resident)
-    return peak
+        curve.append((time, resident))
+    return curve
+
+
+def _time_peak(problem: Problem, start, end) -> int:
+    return max(resident for _, resident in memory_over_time(problem, start, end))
 
 
 def _earliest_fit(active: list[tuple[int, int, float]], est: int, duration: int, occupancy: float) -> int:

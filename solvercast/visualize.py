@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from solvercast.problem import Problem, Role
-from solvercast.simulate import SimResult
+from solvercast.simulate import SimResult, memory_over_time
 
 
 def _stream_name(problem: Problem, s: int) -> str:
@@ -14,10 +14,15 @@ def _stream_name(problem: Problem, s: int) -> str:
     return f"compute {s}" if m.is_compute_stream(s) else f"comm {s - m.compute_streams}"
 
 
-def memory_over_time(problem: Problem, sim: SimResult) -> tuple[list[int], list[int]]:
-    """(times, bytes): resident bytes during each program step, placed at the step's issue time on the
-    device: a collective at its launch point, others at their start; a running maximum keeps the
-    curve in program order (a step never appears before the one issued ahead of it)."""
+def memory_curve(problem: Problem, sim: SimResult) -> tuple[list[int], list[int]]:
+    """(times, bytes) of the memory the report's peak is taken from.
+
+    With several compute streams: resident bytes over time (`simulate.memory_over_time`). With one:
+    bytes during each program step, placed at the step's issue time on the device (a collective at its
+    launch point, others at their start; a running maximum keeps the curve in program order)."""
+    if problem.machine.compute_streams > 1:
+        curve = memory_over_time(problem, sim.start, sim.end)
+        return [t for t, _ in curve], [r for _, r in curve]
     times, latest = [], 0
     for t in sim.order:
         latest = max(latest, sim.launch.get(t, sim.start[t]))
@@ -43,7 +48,7 @@ def write_chrome_trace(path: str | Path, problem: Problem, runs: dict[str, SimRe
                 "ts": sim.start[t] / 1e3, "dur": (sim.end[t] - sim.start[t]) / 1e3,
                 "args": {"op": task.op, "occupancy": task.occupancy},
             })
-        for ts, resident in zip(*memory_over_time(problem, sim)):
+        for ts, resident in zip(*memory_curve(problem, sim)):
             args = {"resident MiB": resident / 2**20}
             if memory_budget is not None:
                 args["budget MiB"] = memory_budget / 2**20
@@ -86,7 +91,7 @@ def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult
                    fontsize=8)
     mem_ax = axes[-1]
     for label, sim in runs.items():
-        times, resident = memory_over_time(problem, sim)
+        times, resident = memory_curve(problem, sim)
         mem_ax.step([x / 1e3 for x in times], [r / 2**20 for r in resident], where="post", label=label)
     if memory_budget is not None:
         mem_ax.axhline(memory_budget / 2**20, color="black", ls="--", lw=1, label="budget")

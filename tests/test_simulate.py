@@ -184,3 +184,15 @@ def test_any_topological_order_simulates_within_bounds(seed, n, streams, sync, o
     for t in compute:
         load = sum(p.tasks[u].occupancy for u in compute if r.start[u] <= r.start[t] < r.end[u])
         assert load <= 1.0 + 1e-9
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+def test_plotted_memory_curve_peaks_at_the_reported_peak(streams):
+    from solvercast.visualize import memory_curve
+
+    for seed in range(20):
+        p = random_problem(seed, 30, compute_streams=streams, sync_overhead=3)
+        r = simulate(p, Schedule.original(p))
+        times, resident = memory_curve(p, r)
+        assert max(resident) == r.peak_memory
+        assert times == sorted(times)
