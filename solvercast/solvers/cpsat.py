@@ -37,6 +37,7 @@ is checked.
 from __future__ import annotations
 
 import math
+from functools import cached_property
 import time
 from collections.abc import Callable
 
@@ -90,6 +91,7 @@ class _Model:
         self.comm_before: dict[tuple[int, int], cp_model.IntVar] = {}
         self.lifetimes: list = []  # (born, size, end, buffer) of each memory interval
         self._pending_program_order: list = []  # (a, b, condition): a before b in program time
+        self._anchor_memo: dict[int, frozenset[int]] = {}
 
     # ---- variables --------------------------------------------------------------------------
     def add_variables(self) -> None:
@@ -251,12 +253,35 @@ class _Model:
         if ivs:
             self.m.AddCumulative(ivs, demands, OCCUPANCY_SCALE)
 
+    @cached_property
+    def _contracted(self) -> frozenset[int]:
+        """Views with consumers get no program time of their own (a reduction
+        that loses nothing: a view allocates nothing and runs nowhere, and the
+        program order places it right after its inputs, where it frees what it
+        was the last to hold)."""
+        return frozenset(t for t, task in enumerate(self.p.tasks) if task.role == Role.FREE and self.p.succs[t])
+
+    def _anchors(self, t: int) -> frozenset[int]:
+        """Nearest predecessors of t that have a program time, looking through contracted views."""
+        if t not in self._anchor_memo:
+            out: set[int] = set()
+            for q in self.p.preds[t]:
+                out |= self._anchors(q) if q in self._contracted else {q}
+            self._anchor_memo[t] = frozenset(out)
+        return self._anchor_memo[t]
+
+    def _program_points(self, t: int) -> frozenset[int]:
+        """Tasks whose program time bounds a lifetime that ``t`` holds: a contracted view is issued right
+        after its inputs (see `extract`), so what it holds lives until just after them."""
+        return self._anchors(t) if t in self._contracted else frozenset((t,))
+
     def _program_times(self) -> None:
         """One compute stream: program time P per task (see module docstring)."""
         p, m, K, half = self.p, self.m, self.K, self.half
         top = K * (self.horizon + 1)
         for t in range(self.n):
-            self.ptime[t] = m.NewIntVar(0, top, f"ptime_{p.tasks[t].name}")
+            if t not in self._contracted:
+                self.ptime[t] = m.NewIntVar(0, top, f"ptime_{p.tasks[t].name}")
         for t in self.timed:
             if t in self.launch:
                 anchor, upper = self.launch[t], False
@@ -270,7 +295,10 @@ class _Model:
             m.Add(self.ptime[t] >= K * anchor + lo).OnlyEnforceIf(cond)
             m.Add(self.ptime[t] <= K * anchor + lo + half - 1).OnlyEnforceIf(cond)
         for u, v in p.edges:
-            m.Add(self.ptime[v] >= self.ptime[u] + 1)
+            if v in self._contracted:
+                continue
+            for a in (self._anchors(u) if u in self._contracted else (u,)):
+                m.Add(self.ptime[v] >= self.ptime[a] + 1)
         for a, b, enforce in self._pending_program_order:
             cond = [] if enforce is None else [enforce]
             m.Add(self.ptime[b] >= self.ptime[a] + 1).OnlyEnforceIf(cond)
@@ -304,7 +332,10 @@ class _Model:
                 self.lifetime_end[b] = end
                 ends = set(users) | ({buf.producer} if buf.producer is not None else set())
                 for u in ends:
-                    if self.single_stream or p.tasks[u].role != Role.FREE:
+                    if self.single_stream:
+                        for a in self._program_points(u):
+                            m.Add(end >= after(a))
+                    elif p.tasks[u].role != Role.FREE:
                         m.Add(end >= after(u))
                     else:  # a view ends when the values it passes on are ready
                         for q in p.sync_preds[u]:
@@ -325,7 +356,7 @@ class _Model:
         last_on: dict[int, tuple] = {}  # stream -> (end expression) of the previous fixed item
         previous_ptime = None
         for t in schedule.order:
-            if t not in fixed:
+            if t not in fixed or t in self._contracted:
                 continue
             if self.single_stream and previous_ptime is not None:
                 m.Add(self.ptime[t] >= previous_ptime + 1)
@@ -377,7 +408,7 @@ class _Model:
                 buf = p.buffers[b]
                 ends = set(p.buffer_users[b]) | ({buf.producer} if buf.producer is not None else set())
                 if self.single_stream:
-                    value = max(ptime[u] + 1 for u in ends)
+                    value = max(ptime[a] + 1 for u in ends for a in self._program_points(u))
                 else:
                     value = max(sim.end[u] for u in ends)
                     if buf.producer is not None:
@@ -390,7 +421,8 @@ class _Model:
                 if end_value is None:
                     buf = p.buffers[b]
                     ends = set(p.buffer_users[b]) | ({buf.producer} if buf.producer is not None else set())
-                    end_value = max(ptime[u] + 1 for u in ends) if self.single_stream else max(
+                    end_value = max(ptime[a] + 1 for u in ends for a in self._program_points(u)) \
+                        if self.single_stream else max(
                         [sim.end[u] for u in ends] + ([born_value + 1] if buf.producer is not None else []))
                 m.AddHint(size, end_value - born_value)
 
@@ -423,7 +455,10 @@ class _Model:
                     streams[t] = k
                     break
         if self.single_stream:
-            key = {t: (solver.Value(self.ptime[t]), t) for t in range(self.n)}
+            key = {t: (solver.Value(self.ptime[t]), t) for t in self.ptime}
+            for t in range(self.n):  # contracted views: right after their inputs
+                if t in self._contracted:
+                    key[t] = (max((key[a][0] for a in self._anchors(t)), default=-1), t)
         else:
             key = {}
             for t in self.timed:
