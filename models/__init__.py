@@ -22,7 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import torch
 import torch.fx as fx
 
 from ._tracing import fake_group, group_is_registered, parse_dtype

@@ -16,7 +16,6 @@ from solvercast.problem import Problem
 from solvercast.report import Report
 from solvercast.schedule import Schedule
 from solvercast.simulate import SimResult, simulate
-from solvercast.solvers.result import SolveResult, SolveStatus
 
 METHODS = ("auto", "cpsat", "cpsat-placement", "cpsat-windows", "milp", "heuristic", "list", "comm_priority",
            "original")
@@ -184,22 +183,16 @@ def _solve(problem: Problem, method: str, time_left: float, deterministic: bool,
         say(f"solving with MILP ({time_left:.1f} s)")
         res = solve_milp(problem, time_limit=time_left, memory_budget=budget, hint=hint)
     elif method in ("cpsat-placement", "cpsat-windows"):
-        from solvercast.solvers.large import solve_placement, solve_windows
+        from solvercast.solvers.large import solve_placement, solve_placement_then_windows
 
         if hint is None:
             raise hint_error  # reduced models keep parts of a heuristic schedule: they need one
-        say(f"solving with CP-SAT, compute order fixed ({time_left:.1f} s)")
-        share = time_left if method == "cpsat-placement" else time_left / 4
-        res = solve_placement(problem, hint, share, budget, deterministic=deterministic, progress=say)
-        if method == "cpsat-windows":
-            start = res.schedule if res.schedule is not None else hint
-            say(f"windowed search ({time_left - res.wall_time:.1f} s)")
-            windows = solve_windows(problem, start, time_left - res.wall_time, budget,
-                                    deterministic=deterministic, progress=say)
-            if windows.status != SolveStatus.HINT_KEPT or res.status == SolveStatus.HINT_KEPT:
-                res = windows if windows.status != SolveStatus.HINT_KEPT else SolveResult(
-                    hint, SolveStatus.HINT_KEPT, windows.simulated, None, None, res.wall_time + windows.wall_time,
-                    "", f"placement: {res.message or res.status.value}; {windows.message}", windows.stats)
+        if method == "cpsat-placement":
+            say(f"solving with CP-SAT, compute order fixed ({time_left:.1f} s)")
+            res = solve_placement(problem, hint, time_left, budget, deterministic=deterministic, progress=say)
+        else:
+            res = solve_placement_then_windows(problem, hint, time_left, budget, deterministic=deterministic,
+                                               progress=say)
     else:
         from solvercast.solvers.cpsat import solve_cpsat
 

@@ -249,18 +249,17 @@ class Problem:
         return tuple(out)
 
     @cached_property
+    def lifetime_buffers(self) -> tuple[int, ...]:
+        """Buffers whose residency depends on the schedule: every non-empty buffer
+        but graph inputs that stay resident and freeable inputs nobody reads."""
+        return tuple(b for b, buf in enumerate(self.buffers)
+                     if buf.size and not (buf.is_input and not (buf.freeable and self.buffer_users[b])))
+
+    @cached_property
     def initial_resident_bytes(self) -> int:
         """Bytes resident before the first step: all graph inputs but freeable ones nobody reads."""
         return sum(b.size for i, b in enumerate(self.buffers)
                    if b.is_input and (not b.freeable or self.buffer_users[i]))
-
-    @cached_property
-    def buffers_allocated_by(self) -> tuple[tuple[int, ...], ...]:
-        allocs: list[list[int]] = [[] for _ in self.tasks]
-        for b, buf in enumerate(self.buffers):
-            if buf.producer is not None:
-                allocs[buf.producer].append(b)
-        return tuple(tuple(a) for a in allocs)
 
     @cached_property
     def resident_bytes(self) -> int:
@@ -285,9 +284,6 @@ class Problem:
     # ---- variants ---------------------------------------------------------------------
     def with_budget(self, memory_budget: int | None) -> "Problem":
         return dataclasses.replace(self, machine=dataclasses.replace(self.machine, memory_budget=memory_budget))
-
-    def with_machine(self, **changes) -> "Problem":
-        return dataclasses.replace(self, machine=dataclasses.replace(self.machine, **changes))
 
     def summary(self) -> str:
         counts = {r: 0 for r in Role}

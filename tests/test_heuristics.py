@@ -7,7 +7,7 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from solvercast import (Buffer, InfeasibleBudgetError, InvalidScheduleError, Machine, Problem, Role, Schedule, Task,
+from solvercast import (Buffer, InfeasibleBudgetError, Machine, Problem, Role, Schedule, Task,
                         lower_bounds, simulate, validate)
 from solvercast.heuristics import (METHOD_ORDER, Timeline, best_heuristic, comm_priority_schedule, held_budget,
                                    iterative_swap, list_schedule, run_heuristics, upward_ranks)

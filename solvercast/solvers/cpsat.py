@@ -318,12 +318,8 @@ class _Model:
             point = lambda t: self.start[t]  # noqa: E731
             after = lambda t: self.start[t] + p.tasks[t].duration  # noqa: E731
         ivs, demands = [], []
-        for b, buf in enumerate(p.buffers):
-            if buf.size == 0 or (buf.is_input and not buf.freeable):
-                continue
-            users = p.buffer_users[b]
-            if buf.is_input and not users:
-                continue
+        for b in p.lifetime_buffers:
+            buf, users = p.buffers[b], p.buffer_users[b]
             born = 0 if buf.is_input else point(buf.producer)
             if buf.is_output:
                 end = top

@@ -34,6 +34,29 @@ def solve_placement(problem: Problem, hint: Schedule, time_limit: float, memory_
                        **options)
 
 
+def solve_placement_then_windows(problem: Problem, hint: Schedule, time_limit: float,
+                                 memory_budget: int | None = None, *, deterministic: bool = True,
+                                 progress: Callable[[str], None] | None = None) -> SolveResult:
+    """A quarter of the time on the placement model, the rest on windowed
+    search from its result. Returns the better of the two (the hint, with
+    HINT_KEPT and both reasons, if neither improved)."""
+    say = progress or (lambda msg: None)
+    say(f"solving with CP-SAT, compute order fixed ({time_limit / 4:.1f} s)")
+    placed = solve_placement(problem, hint, time_limit / 4, memory_budget, deterministic=deterministic,
+                             progress=progress)
+    start = placed.schedule if placed.schedule is not None else hint
+    say(f"windowed search ({time_limit - placed.wall_time:.1f} s)")
+    windows = solve_windows(problem, start, time_limit - placed.wall_time, memory_budget,
+                            deterministic=deterministic, progress=progress)
+    if windows.status != SolveStatus.HINT_KEPT:
+        return windows
+    if placed.status != SolveStatus.HINT_KEPT and placed.schedule is not None:
+        return placed
+    return SolveResult(hint, SolveStatus.HINT_KEPT, windows.simulated, None, None,
+                       placed.wall_time + windows.wall_time, "",
+                       f"placement: {placed.message or placed.status.value}; {windows.message}", windows.stats)
+
+
 def idle_points(problem: Problem, schedule: Schedule, sim: SimResult) -> list[tuple[int, int]]:
     """(idle time, program position) before each task the default stream waited for, largest first."""
     out = []

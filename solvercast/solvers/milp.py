@@ -246,7 +246,7 @@ class _Model:
         return self.o[(a, b)] if a < b else 1 - self.o[(b, a)]
 
     def build(self) -> None:
-        p, n, lp = self.p, self.n, self.lp
+        n, lp = self.n, self.lp
         self.x = []
         for t in range(n):
             lo, hi = self.window[t]
@@ -394,12 +394,8 @@ class _Model:
         capacity = self.budget - p.resident_bytes
         terms: list[list] = [[] for _ in range(n)]
         self.alive = {}
-        for b, buf in enumerate(p.buffers):
-            if buf.size == 0 or (buf.is_input and not buf.freeable):
-                continue
-            users = p.buffer_users[b]
-            if buf.is_input and not users:
-                continue
+        for b in p.lifetime_buffers:
+            buf, users = p.buffers[b], p.buffer_users[b]
             for k in range(n):
                 if buf.is_input:
                     lows = [1 - self.X(u, k - 1) for u in users]
@@ -429,7 +425,6 @@ class _Model:
 
     # ---- warm start ----------------------------------------------------------------------
     def set_hint(self, schedule: Schedule, sim: SimResult) -> None:
-        p = self.p
         pos = schedule.positions()
         streams = sim.streams
         launch = sim.launch
