@@ -62,7 +62,8 @@ def model_horizon_cap(num_tasks: int) -> int:
 OCCUPANCY_SCALE = 1000
 # CP-SAT deterministic time per wall-clock second on these models, 2 cores, 2 workers: measured 0.05-0.12
 # with the other core busy (synthetic 300 tasks, fsdp_layers 4 layers) and 0.19-0.27 on an idle machine.
-# 0.1 lets an idle machine use about half its limit deterministically; on a busy one the wall clock may end
+# 0.1 lets an idle machine use a third to a half of its limit deterministically (measured: 3.4 s of 10 s on
+# fsdp_layers 4 layers); on a busy one the wall clock may end
 # the search first, and the result says so (stats["stopped_by_wall_clock"], and optimize's report).
 DETERMINISTIC_UNITS_PER_SECOND = 0.1
 
