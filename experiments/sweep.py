@@ -220,7 +220,10 @@ def _run(job: dict) -> dict:
                 "skip_reason": "torch's overlap scheduler orders one compute stream"}
 
     if method == "torch_overlap":
-        from torch_overlap import torch_overlap_schedule
+        from torch_overlap import torch_overlap_schedule, unavailable_reason
+
+        if unavailable_reason():
+            return {"status": "skipped", "tasks": problem.num_tasks, "skip_reason": unavailable_reason()}
 
         t = time.perf_counter()
         baseline = simulate(problem, Schedule.original(problem))

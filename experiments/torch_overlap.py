@@ -65,10 +65,31 @@ def _world_size(gm: fx.GraphModule) -> int:
     return int(meta.get("world_size") or 1)
 
 
+def unavailable_reason() -> str | None:
+    """Why this torch cannot run the adapter (None when it can): it patches torch 2.13's module layout."""
+    try:
+        from torch._inductor.fx_passes import node_runtime_estimation as nre
+        from torch._inductor.fx_passes import overlap_scheduling as ovs
+    except ImportError as e:
+        return f"torch {torch.__version__} has no overlap scheduler ({e})"
+    missing = [f"overlap_scheduling.{a}" for a in ("schedule_overlap_bucketing", "estimate_roofline_runtime_ms")
+               if not hasattr(ovs, a)]
+    missing += [f"node_runtime_estimation.{a}" for a in ("_log_collective_benchmarks", "_log_compute_estimations")
+                if not hasattr(nre, a)]
+    if missing:
+        return (f"the adapter is written for torch 2.13's overlap scheduler; torch {torch.__version__} "
+                f"lacks {', '.join(missing)}")
+    return None
+
+
 def torch_overlap_order(gm: fx.GraphModule, problem: Problem, budget_ratio: float | None = None,
                         **overrides) -> list[str]:
     """Run ``schedule_overlap_bucketing`` on a deep copy of ``gm`` with our durations and return the
-    names of its call_function nodes in the output order."""
+    names of its call_function nodes in the output order. Raises ``RuntimeError`` on a torch whose
+    overlap scheduler the adapter does not know (`unavailable_reason`)."""
+    reason = unavailable_reason()
+    if reason:
+        raise RuntimeError(reason)
     from torch._inductor.fx_passes import node_runtime_estimation as nre
     from torch._inductor.fx_passes import overlap_scheduling as ovs
 

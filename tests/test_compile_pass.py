@@ -48,14 +48,21 @@ def test_runs_as_torch_compile_post_grad_pass_on_cpu():
     p = SolvercastPass(time_limit=1)
     lowered = []  # the node order Inductor goes on with, recorded by a pass after ours
 
-    def record(graph):
-        lowered.append([n.name for n in graph.nodes])
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class ThenRecord(CustomGraphPass):  # one pass object: older torch takes no list of passes here
+        def __call__(self, graph):
+            p(graph)
+            lowered.append([n.name for n in graph.nodes])
+
+        def uuid(self):
+            return p.uuid()
 
     args = inputs()
     expected = step(*args)
     torch._dynamo.reset()
     # caches off: a cache hit (same uuid, same graph) would skip the pass
-    with torch._inductor.config.patch(post_grad_custom_post_pass=[p, record], force_disable_caches=True):
+    with torch._inductor.config.patch(post_grad_custom_post_pass=ThenRecord(), force_disable_caches=True):
         compiled = torch.compile(step, backend="inductor", fullgraph=True)
         out = compiled(*args)
     torch._dynamo.reset()
