@@ -6,6 +6,7 @@ windows to narrow their start domains.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 from solvercast.problem import Problem, Role
@@ -17,14 +18,17 @@ class Bounds:
     compute: int  # compute work spread over the compute streams, and its occupancy area
     comm: int  # asynchronous collective work spread over the comm streams
     memory: int  # bytes that must coexist at some program step in any order
+    # compute (and comm) work sequenced with heads and tails: the critical path and the work bounds
+    # together, see `sequencing_bound`
+    sequencing: int = 0
 
     @property
     def makespan(self) -> int:
-        return max(self.critical_path, self.compute, self.comm)
+        return max(self.critical_path, self.compute, self.comm, self.sequencing)
 
     def to_dict(self) -> dict:
         return {"critical_path": self.critical_path, "compute": self.compute, "comm": self.comm,
-                "makespan": self.makespan, "memory": self.memory}
+                "sequencing": self.sequencing, "makespan": self.makespan, "memory": self.memory}
 
 
 def _stream_kinds(problem: Problem, t: int) -> frozenset[str]:
@@ -92,4 +96,79 @@ def lower_bounds(problem: Problem) -> Bounds:
         if buf.is_output:
             outputs += buf.size
     memory = resident + max([outputs] + touched)
-    return Bounds(critical_path=critical, compute=compute, comm=comm, memory=memory)
+    return Bounds(critical_path=critical, compute=compute, comm=comm, memory=memory,
+                  sequencing=sequencing_bound(problem))
+
+
+def _heads_and_tails(problem: Problem) -> tuple[list[int], list[int]]:
+    """For every task, the least time before its start (head) and after its end (tail) in any schedule:
+    longest dependency paths with forced syncs, plus, when collectives keep their order on a single
+    comm stream, that order (each asynchronous collective starts after the previous one ends)."""
+    n = problem.num_tasks
+    succs: list[list[tuple[int, int]]] = [[] for _ in range(n)]  # (successor, lag after the end)
+    for t in range(n):
+        for q in problem.sync_preds[t]:
+            succs[q].append((t, _forced_sync(problem, q, t)))
+    if problem.preserve_collective_order and problem.machine.comm_streams == 1:
+        chain = [c for c in problem.comm_tasks if problem.is_async_comm(c)]
+        for a, b in zip(chain, chain[1:]):
+            succs[a].append((b, 0))
+    head = [0] * n
+    for t in range(n):  # ids are a topological order, and the chain follows ids
+        end = head[t] + problem.tasks[t].duration
+        for s, lag in succs[t]:
+            head[s] = max(head[s], end + lag)
+    tail = [0] * n
+    for t in range(n - 1, -1, -1):
+        tail[t] = max((lag + problem.tasks[s].duration + tail[s] for s, lag in succs[t]), default=0)
+    return head, tail
+
+
+def _preemptive_sequence(jobs: list[tuple[int, int, int]]) -> int:
+    """Makespan of the preemptive schedule of (head, work, tail) jobs on one machine that always runs
+    the released job with the longest tail (Jackson's rule); it is optimal for the preemptive problem,
+    so it bounds every non-preemptive sequence: max over job sets of min head + work + min tail."""
+    jobs = sorted(jobs)
+    ready: list[list[int]] = []  # [-tail, remaining work]
+    clock = best = i = 0
+    while i < len(jobs) or ready:
+        if not ready:
+            clock = max(clock, jobs[i][0])
+        while i < len(jobs) and jobs[i][0] <= clock:
+            r, work, q = jobs[i]
+            heapq.heappush(ready, [-q, work])
+            i += 1
+        job = heapq.heappop(ready)
+        run = job[1] if i == len(jobs) else min(job[1], jobs[i][0] - clock)
+        clock += run
+        job[1] -= run
+        if job[1]:
+            heapq.heappush(ready, job)
+        else:
+            best = max(best, clock - job[0])
+    return best
+
+
+def sequencing_bound(problem: Problem) -> int:
+    """A makespan bound from sequencing the GPU's compute work (and, with one comm stream, the
+    collectives) with heads and tails.
+
+    Compute work shares the GPU: with one compute stream tasks run one at a time, with several their
+    occupancy area fits under 1. Either way, the compute tasks of any set S all run between the least
+    head in S and the makespan minus the least tail in S, so that span is at least S's work (area);
+    the best such set is found by Jackson's preemptive schedule. This is at least both the critical
+    path through any compute task and the total compute work, and higher when collectives at the start
+    or end of the step leave the GPU idle whatever the order."""
+    head, tail = _heads_and_tails(problem)
+    single = problem.machine.compute_streams == 1
+    compute = []
+    for t, task in enumerate(problem.tasks):
+        if task.role != Role.COMPUTE or task.duration == 0:
+            continue
+        work = task.duration if single else int(task.duration * task.occupancy)
+        compute.append((head[t], work, tail[t]))
+    best = _preemptive_sequence(compute)
+    if problem.machine.comm_streams == 1:
+        comm = [(head[c], problem.tasks[c].duration, tail[c]) for c in problem.wait_of]
+        best = max(best, _preemptive_sequence(comm))
+    return best

@@ -43,7 +43,7 @@ from collections.abc import Callable
 
 from ortools.sat.python import cp_model
 
-from solvercast.bounds import earliest_starts, latest_starts
+from solvercast.bounds import earliest_starts, latest_starts, lower_bounds
 from solvercast.errors import InfeasibleBudgetError, InvalidScheduleError
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
@@ -373,6 +373,26 @@ class _Model:
                     m.Add(begin >= last_on[k])
                 last_on[k] = end
 
+    def freeze(self, schedule: Schedule, sim: SimResult, prefix: set[int], suffix: set[int]) -> None:
+        """Windowed search: ``prefix`` tasks keep the incumbent's times exactly (a window's reorder cannot
+        move them: `simulate` times a task from what comes before it in program order) and ``suffix`` tasks
+        may only move earlier. Loses no improving solution of the neighbourhood that keeps them in
+        order, and spares presolve from pushing bounds along the long fixed chains."""
+        m = self.m
+        ptime = self._program_time_hint(schedule, sim, sim.launch) if self.single_stream else {}
+        for t in prefix:
+            if t in self.start:
+                m.Add(self.start[t] == sim.start[t])
+            if t in self.launch:
+                m.Add(self.launch[t] == sim.launch[t])
+            if t in self.ptime:
+                m.Add(self.ptime[t] == ptime[t])
+        for t in suffix:
+            if t in self.start:
+                m.Add(self.start[t] <= sim.start[t])
+            if t in self.launch:
+                m.Add(self.launch[t] <= sim.launch[t])
+
     # ---- objective and hint --------------------------------------------------------------------
     def add_objective(self) -> None:
         self.m.Minimize(self.makespan)
@@ -522,6 +542,7 @@ def solve_cpsat(
     debug_hint: bool = False,  # first check that the hint is a feasible point of the model (raises if not)
     progress: Callable[[str], None] | None = None,
     fixed_order: set[int] | None = None,
+    frozen: tuple[set[int], set[int]] | None = None,
     repair_hint: bool = False,
 ) -> SolveResult:
     """Solve ``problem`` with CP-SAT, warm-started from ``hint``.
@@ -555,10 +576,15 @@ def solve_cpsat(
     model.add_variables()
     model.add_constraints()
     model.add_objective()
+    # our bounds hold for the scaled problem too (its durations are rounded up), and CP-SAT's own bound
+    # with memory is weak: telling it lets it prove optimality sooner
+    model.m.Add(model.makespan >= lower_bounds(problem).makespan // factor)
     if fixed_order:
         if hint is None:
             raise ValueError("fixed_order keeps the hint's order: give a hint")
         model.fix_order(hint, scaled_hint_sim, fixed_order)
+    if frozen:
+        model.freeze(hint, scaled_hint_sim, *frozen)
     if hint is not None:
         model.add_hint(hint, scaled_hint_sim)
 

@@ -105,9 +105,10 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
             break
         lo = queue.pop(0)
         free = set(best.order[lo:lo + window])
+        frozen = (set(best.order[:lo]), set(best.order[lo + window:]))
         window_started = time.perf_counter()
         res = solve_cpsat(problem, time_limit=min(per_window, left), memory_budget=memory_budget, hint=best,
-                          fixed_order=all_tasks - free, deterministic=deterministic)
+                          fixed_order=all_tasks - free, frozen=frozen, deterministic=deterministic)
         overhead = max(0.0, time.perf_counter() - window_started - res.stats.get("solver_wall_time", 0.0))
         tried += 1
         if res.simulated is not None and res.simulated.makespan < best_sim.makespan:
