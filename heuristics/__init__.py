@@ -2,6 +2,7 @@
 baselines every experiment compares against (DESIGN.md, "Methods").
 
 * `list_schedule`: upward-rank list scheduling, stream per task by earliest finish.
+* `nondelay_schedule`: earliest-start list scheduling (ready work fills the time collectives take).
 * `comm_priority_schedule`: raise collectives / sink waits / fill with compute.
 * `iterative_swap`: adjacent swaps of collectives and waits under a memory budget.
 * `best_heuristic` / `run_heuristics`: all of them, judged by `simulate`.
@@ -17,10 +18,10 @@ from ._common import OVER_BUDGET, Timeline, held_budget, resolve_budget
 from .best import METHOD_ORDER, best_heuristic, run_heuristics
 from .comm_priority import comm_priority_schedule, comm_scores
 from .iterative_swap import SwapState, iterative_swap
-from .list_scheduling import list_schedule, upward_ranks
+from .list_scheduling import list_schedule, nondelay_schedule, upward_ranks
 
 __all__ = [
     "METHOD_ORDER", "OVER_BUDGET", "SwapState", "Timeline", "best_heuristic", "comm_priority_schedule",
-    "comm_scores", "held_budget", "iterative_swap", "list_schedule", "resolve_budget", "run_heuristics",
+    "comm_scores", "held_budget", "iterative_swap", "list_schedule", "nondelay_schedule", "resolve_budget", "run_heuristics",
     "upward_ranks",
 ]

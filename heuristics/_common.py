@@ -150,11 +150,7 @@ class Timeline:
         if task.role == Role.COMM and t in self._async:
             # launched from the default stream as a zero-time point there: the default stream
             # first waits for the collective's inputs, then the comm stream waits for it
-            launch = self.stream_free[0]
-            for p in self._sync_preds[t]:
-                r = end[p] + (sync if stream[p] != 0 else 0)
-                if r > launch:
-                    launch = r
+            launch = self.launch_time(t)
             if commit:
                 self.stream_free[0] = launch
             ready = launch + sync
@@ -172,6 +168,15 @@ class Timeline:
                 active.append((est, est + task.duration, task.occupancy))
                 self.active = active
         return est
+
+    def launch_time(self, c: int) -> int:
+        """When asynchronous collective ``c``'s launch point would sit on the default stream if issued now."""
+        launch = self.stream_free[0]
+        for p in self._sync_preds[c]:
+            r = self.end[p] + (self.sync if self.stream[p] != 0 else 0)
+            if r > launch:
+                launch = r
+        return launch
 
     def start_on(self, t: int, s: int) -> int:
         """Start time of ``t`` if it were issued now on stream ``s`` (nothing changes)."""

@@ -12,7 +12,7 @@ from solvercast.simulate import SimResult, validate
 from ._common import renamed, resolve_budget
 from .comm_priority import comm_priority_schedule
 from .iterative_swap import iterative_swap
-from .list_scheduling import list_schedule
+from .list_scheduling import list_schedule, nondelay_schedule
 
 #: Every method `run_heuristics` may report, in tie-break order (earlier wins
 #: at equal makespan and peak: the simplest change first).
@@ -22,14 +22,16 @@ METHOD_ORDER = (
     "raise_comms",
     "sink_waits",
     "list",
+    "nondelay",
     "original+swap",
     "comm_priority+swap",
     "raise_comms+swap",
     "sink_waits+swap",
     "list+swap",
+    "nondelay+swap",
 )
 
-_BASES = ("list", "comm_priority", "raise_comms", "sink_waits")
+_BASES = ("list", "nondelay", "comm_priority", "raise_comms", "sink_waits")
 _SWAPPED_BASES = 2  # iterative_swap is applied to the original order and to this many best other bases
 
 
@@ -52,6 +54,7 @@ def run_heuristics(problem: Problem, memory_budget: int | float | None = None) -
 
     judge("original", Schedule.original(problem))
     judge("list", list_schedule(problem, budget))
+    judge("nondelay", nondelay_schedule(problem, budget))
     judge("comm_priority", comm_priority_schedule(problem, memory_budget=budget))
     judge("raise_comms", comm_priority_schedule(problem, True, False, False, memory_budget=budget))
     judge("sink_waits", comm_priority_schedule(problem, False, True, False, memory_budget=budget))

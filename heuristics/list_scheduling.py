@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
+from solvercast.simulate import simulate
 
-from ._common import (ReadySet, Timeline, best_by_peak, comm_chain, renamed, resolve_budget,
-                      simulated_peak)
+from ._common import (ReadySet, Timeline, best_by_peak, comm_chain, held_budget, mark_over_budget, renamed,
+                      resolve_budget, simulated_peak)
 
 
 def upward_ranks(problem: Problem) -> list[int]:
@@ -118,3 +119,93 @@ def list_schedule(problem: Problem, memory_budget: int | float | None = None) ->
         return original
     tried.append((peak, 2, original))
     return best_by_peak(tried)
+
+
+def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft: int | None) -> tuple[Schedule, bool]:
+    """One earliest-start pass (see `nondelay_schedule`); returns the schedule and whether it broke the
+    budget. Below ``soft`` bytes it goes by start time; above it, by the bytes a task adds (net of
+    what it frees), so that memory drains before it runs out."""
+    ready = ReadySet(problem, range(problem.num_tasks), budget)
+    timeline = Timeline(problem)
+    tasks = problem.tasks
+    wait_of = problem.wait_of
+    mem = ready.memory
+    allowed = [tuple(problem.allowed_streams(t)) for t in range(problem.num_tasks)]
+    default = [problem.default_stream(t) for t in range(problem.num_tasks)]
+    candidates = {t for t in range(problem.num_tasks) if ready.is_ready[t]}
+    streams: dict[int, int] = {}
+    over = False
+    while ready:
+        views = [t for t in candidates if tasks[t].role == Role.FREE]
+        if views:
+            t, s = min(views), None
+        else:
+            best = None
+            for t in candidates:
+                grows = 0
+                if mem is not None:
+                    if mem.cur + mem.alloc[t] > budget:
+                        continue
+                    if mem.cur + mem.alloc[t] > soft:
+                        grows = 1 + mem.alloc[t] - mem.pot_free[t]  # over the soft limit: drain first
+                for s in allowed[t]:
+                    # a collective competes for the default stream with its launch point
+                    start = timeline.launch_time(t) if t in wait_of else timeline.start_on(t, s)
+                    key = (grows, start, -ranks[t], s != default[t], s, t)
+                    if best is None or key < best[0]:
+                        best = (key, t, s)
+            if best is None:  # nothing fits: free the most; the caller falls back
+                over = True
+                t = min(candidates, key=lambda u: (mem.alloc[u] - mem.pot_free[u], -ranks[u], u))
+                s = default[t]
+            else:
+                _, t, s = best
+        candidates.discard(t)
+        ready.issue(t)
+        for u in list(problem.succs[t]) + ([ready.chain[t]] if t in ready.chain else []):
+            if ready.is_ready[u]:
+                candidates.add(u)
+        if s is None:
+            timeline.place(t, default[t])
+        else:
+            timeline.place(t, s)
+            streams[t] = s
+    return Schedule(order=tuple(ready.order), streams=streams, method="nondelay"), over
+
+
+#: fractions of the budget below which `nondelay_schedule` orders by start time alone (one pass each)
+NONDELAY_SOFT_LIMITS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6)
+
+
+def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None) -> Schedule:
+    """Earliest-start list schedule ("nondelay"): issue next the ready task that can start soonest on
+    its best stream, ties by upward rank. Unlike `list_schedule`, whose static rank order makes a
+    stream sit idle at a wait while independent work is ready, a wait (or a task behind one) is
+    issued only when nothing can start sooner, so ready compute fills the time collectives take;
+    collectives are launched as soon as their inputs are ready (their launch point competes for
+    the default stream like any task). Views are issued as soon as they are ready.
+
+    Memory: a task whose allocation would exceed the budget is passed over. Issuing by start time
+    alone fills memory with half-finished branches until nothing fits, so above a soft limit the pass
+    prefers the tasks that add the fewest bytes net of what they free; one pass per soft limit in
+    `NONDELAY_SOFT_LIMITS` (fractions of the budget), and the fastest one within the budget wins. If
+    none holds it, `list_schedule` (whose fallbacks hold the budget whenever the original order does)
+    is returned as "nondelay[list]". ``method`` is "nondelay".
+    """
+    budget = resolve_budget(problem, memory_budget)
+    ranks = upward_ranks(problem)
+    if budget is None:
+        return _nondelay_pass(problem, ranks, None, None)[0]
+    best = None
+    for fraction in NONDELAY_SOFT_LIMITS:
+        schedule, over = _nondelay_pass(problem, ranks, budget, int(budget * fraction))
+        if over:
+            continue
+        sim = simulate(problem, schedule)
+        if sim.peak_memory <= budget and (best is None or sim.makespan < best[0]):
+            best = (sim.makespan, schedule)
+    if best is not None:
+        return best[1]
+    fallback = list_schedule(problem, budget)
+    out = renamed(fallback, "nondelay[list]")
+    return out if held_budget(fallback) else mark_over_budget(out)

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from solvercast import (Buffer, InfeasibleBudgetError, Machine, Problem, Role, Schedule, Task,
                         lower_bounds, simulate, validate)
 from solvercast.heuristics import (METHOD_ORDER, Timeline, best_heuristic, comm_priority_schedule, held_budget,
-                                   iterative_swap, list_schedule, run_heuristics, upward_ranks)
+                                   iterative_swap, list_schedule, nondelay_schedule, run_heuristics,
+                                   upward_ranks)
 from solvercast.heuristics._common import simulated_peak
 from solvercast.simulate import memory_profile
 from solvercast.testing import random_problem
@@ -125,6 +126,38 @@ def two_chains():
     return Problem(tasks, ((0, 1), (2, 3)), buffers)
 
 
+def test_nondelay_fills_the_collective_with_ready_compute():
+    # c launched at 0 (runs 0-100); x can start at 0 while w could only end at 100, so x goes first:
+    # x 0-100, w at 100, u 100-110
+    p = wait_then_compute()
+    s = nondelay_schedule(p)
+    assert s.order == (0, 2, 1, 3) and s.method == "nondelay"
+    assert simulate(p, s).makespan == 110
+    # list_schedule's static rank order issues w (rank 10 + u) ... x has rank 100: also first here;
+    # the difference shows when the wait's consumer chain outranks the filler:
+    tasks = (Task("c", M, 100), Task("w", W, waits_for=0), Task("x", C, 50), Task("u", C, 60))
+    q = Problem(tasks, ((0, 1), (1, 3)))
+    assert simulate(q, list_schedule(q)).makespan == 210  # c, w, u 100-160, x 160-210
+    assert simulate(q, nondelay_schedule(q)).makespan == 160  # c, x 0-50, w at 100, u 100-160
+
+
+def test_nondelay_drains_memory_before_it_runs_out():
+    # x1 -> X1(60) -> y1 -> Y1(40, output), the same for x2/y2; budget 150. By start time alone (x's
+    # outrank y's) the pass issues x1, x2 (120 B live) and then neither y fits (160 B): stuck. Above
+    # a soft limit of 0.7 * 150 = 105 B it prefers the task that adds least net of what it frees
+    # (y1: +40 - 60), so x1, y1, x2, y2 holds the budget.
+    from solvercast.heuristics.list_scheduling import _nondelay_pass
+
+    tasks = (Task("x1", C, 10), Task("x2", C, 10), Task("y1", C, 10), Task("y2", C, 10))
+    bufs = (Buffer("X1", 60, 0, (2,)), Buffer("X2", 60, 1, (3,)),
+            Buffer("Y1", 40, 2, (), is_output=True), Buffer("Y2", 40, 3, (), is_output=True))
+    p = Problem(tasks, ((0, 2), (1, 3)), bufs)
+    assert _nondelay_pass(p, upward_ranks(p), 150, 150)[1]  # stuck: broke the budget
+    s = nondelay_schedule(p, 150)
+    r = validate(p, s, memory_budget=150)
+    assert s.method == "nondelay" and s.order == (0, 2, 1, 3) and r.makespan == 40
+
+
 def test_list_schedule_by_rank_and_memory():
     """No budget: p, r (70 > 50), q, s; r runs while P is alive: 100 + 100 = 200.
     Budget 150: after p (100 resident) r would need 200 > 150 but q fits (101), so q goes first,
@@ -223,6 +256,7 @@ def all_heuristics(p, budget):
     cp = comm_priority_schedule(p, memory_budget=budget)
     return {
         "list": list_schedule(p, budget),
+        "nondelay": nondelay_schedule(p, budget),
         "comm_priority": cp,
         "raise_comms": comm_priority_schedule(p, True, False, False, memory_budget=budget),
         "sink_waits": comm_priority_schedule(p, False, True, False, memory_budget=budget),

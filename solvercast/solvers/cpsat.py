@@ -394,8 +394,14 @@ class _Model:
                 m.Add(self.launch[t] <= sim.launch[t])
 
     # ---- objective and hint --------------------------------------------------------------------
-    def add_objective(self) -> None:
-        self.m.Minimize(self.makespan)
+    def add_objective(self, left_shift: bool = False) -> None:
+        if not left_shift:
+            self.m.Minimize(self.makespan)
+            return
+        # makespan first, then every start (launch points included) as early as possible: a window that
+        # fills an idle gap but does not move the makespan yet is still progress for the next window
+        starts = [self.start[t] for t in self.timed] + list(self.launch.values())
+        self.m.Minimize(len(starts) * self.makespan + sum(starts))
 
     def add_hint(self, schedule: Schedule, sim: SimResult) -> None:
         """A complete hint: every variable gets the value the schedule implies."""
@@ -523,10 +529,15 @@ class _Solutions(cp_model.CpSolverSolutionCallback):
 
     def on_solution_callback(self) -> None:
         if self.say:
-            self.say(f"  CP-SAT: makespan {self.ObjectiveValue() * self.factor / 1e3:.1f} us "
-                     f"(bound {self.BestObjectiveBound() * self.factor / 1e3:.1f} us) at {self.WallTime():.1f} s")
+            self.say(f"  CP-SAT: makespan {self.Value(self.model.makespan) * self.factor / 1e3:.1f} us "
+                     f"(objective bound {self.BestObjectiveBound() * self.factor / 1e3:.1f}) at {self.WallTime():.1f} s")
         if self.keep:
             self.schedules.append(self.model.extract(self))
+
+
+def _potential(sim: SimResult, left_shift: bool) -> tuple[int, ...]:
+    """What a solution must lower to replace the hint: the makespan, then (left_shift) the sum of starts."""
+    return (sim.makespan, sum(sim.start)) if left_shift else (sim.makespan,)
 
 
 def solve_cpsat(
@@ -543,6 +554,7 @@ def solve_cpsat(
     progress: Callable[[str], None] | None = None,
     fixed_order: set[int] | None = None,
     frozen: tuple[set[int], set[int]] | None = None,
+    left_shift: bool = False,
     repair_hint: bool = False,
 ) -> SolveResult:
     """Solve ``problem`` with CP-SAT, warm-started from ``hint``.
@@ -555,6 +567,10 @@ def solve_cpsat(
     which is not deterministic, ended the search. ``progress`` receives a line
     per improved solution. ``fixed_order``: tasks kept in the hint's relative
     order and on its streams (a reduced model; see solvers/large.py).
+    ``frozen``: (prefix, suffix) task sets of a window (see `_Model.freeze`).
+    ``left_shift``: keep the hint's makespan as a cap and minimize it, then
+    the sum of start times; a schedule with the same makespan and earlier
+    starts then counts as an improvement.
 
     Returns the better of the solver's schedule and the hint, judged by
     `simulate`; the status says which. Raises `InfeasibleBudgetError` when the
@@ -575,7 +591,11 @@ def solve_cpsat(
     model = _Model(scaled, model_horizon, budget)
     model.add_variables()
     model.add_constraints()
-    model.add_objective()
+    model.add_objective(left_shift)
+    if left_shift:
+        if hint is None:
+            raise ValueError("left_shift improves on the hint: give a hint")
+        model.m.Add(model.makespan <= model_horizon)
     # our bounds hold for the scaled problem too (its durations are rounded up), and CP-SAT's own bound
     # with memory is weak: telling it lets it prove optimality sooner
     model.m.Add(model.makespan >= lower_bounds(problem).makespan // factor)
@@ -615,7 +635,8 @@ def solve_cpsat(
     status = solver.Solve(model.m, callback)
     wall = time.perf_counter() - t0
     name = solver.StatusName(status)
-    bound = int(solver.BestObjectiveBound()) * factor if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
+    bound = int(solver.BestObjectiveBound()) * factor \
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and not left_shift else None
     stopped_by_wall = deterministic and solver.WallTime() >= wall_cap * 0.98
     stats = {"scale": factor, "stopped_by_wall_clock": stopped_by_wall, "build_time": build_time,
              "deterministic_time": solver.deterministic_time, "solver_wall_time": solver.WallTime(), "variables": len(model.m.Proto().variables),
@@ -634,7 +655,7 @@ def solve_cpsat(
                            f"CP-SAT found no solution in {time_limit:g} s ({name}); kept the warm start", stats)
 
     final = model.extract(solver)
-    objective = int(solver.ObjectiveValue()) * factor
+    objective = int(solver.Value(model.makespan)) * factor
     schedule, sim, rejected = None, None, None
     for candidate in [final] + callback.schedules[::-1]:  # the final solution first, then earlier ones
         try:
@@ -651,7 +672,7 @@ def solve_cpsat(
     if schedule is not final:
         status = cp_model.FEASIBLE  # an earlier solution: no longer the proven optimum
         stats["fell_back_to_earlier_solution"] = str(rejected)
-    if hint_sim is not None and sim.makespan >= hint_sim.makespan:
+    if hint_sim is not None and _potential(sim, left_shift) >= _potential(hint_sim, left_shift):
         msg = "CP-SAT proved the warm start optimal" if status == cp_model.OPTIMAL else \
             "CP-SAT found nothing better than the warm start"
         solved = SolveStatus.OPTIMAL if status == cp_model.OPTIMAL and factor == 1 else SolveStatus.HINT_KEPT
