@@ -17,6 +17,8 @@ the most bytes is issued and the pass is marked as having failed the budget.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 from solvercast.simulate import simulate
@@ -121,10 +123,13 @@ def list_schedule(problem: Problem, memory_budget: int | float | None = None) ->
     return best_by_peak(tried)
 
 
-def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft: int | None) -> tuple[Schedule, bool]:
+def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft: int | None,
+                   base: Sequence[int] | None = None, window: int | None = None) -> tuple[Schedule, bool]:
     """One earliest-start pass (see `nondelay_schedule`); returns the schedule and whether it broke the
     budget. Below ``soft`` bytes it goes by start time; above it, by the bytes a task adds (net of
-    what it frees), so that memory drains before it runs out."""
+    what it frees), so that memory drains before it runs out. Ties go by upward rank, or with a
+    ``base`` order by position in it, and then only tasks at most ``window`` positions past the first
+    unissued one are eligible (the base order's memory behaviour, with idle time filled)."""
     ready = ReadySet(problem, range(problem.num_tasks), budget)
     timeline = Timeline(problem)
     tasks = problem.tasks
@@ -135,6 +140,15 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
     candidates = {t for t in range(problem.num_tasks) if ready.is_ready[t]}
     streams: dict[int, int] = {}
     over = False
+    if base is not None:  # position of every task in a base order: ties by it, and at most `window` ahead
+        pos = [0] * problem.num_tasks
+        for i, t in enumerate(base):
+            pos[t] = i
+        tie = pos
+        done = [False] * problem.num_tasks
+        frontier = 0
+    else:
+        tie = [-r for r in ranks]
     while ready:
         views = [t for t in candidates if tasks[t].role == Role.FREE]
         if views:
@@ -142,6 +156,8 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
         else:
             best = None
             for t in candidates:
+                if window is not None and pos[t] > frontier + window:
+                    continue
                 grows = 0
                 if mem is not None:
                     if mem.cur + mem.alloc[t] > budget:
@@ -151,7 +167,7 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
                 for s in allowed[t]:
                     # a collective competes for the default stream with its launch point
                     start = timeline.launch_time(t) if t in wait_of else timeline.start_on(t, s)
-                    key = (grows, start, -ranks[t], s != default[t], s, t)
+                    key = (grows, start, tie[t], s != default[t], s, t)
                     if best is None or key < best[0]:
                         best = (key, t, s)
             if best is None:  # nothing fits: free the most; the caller falls back
@@ -161,6 +177,10 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
             else:
                 _, t, s = best
         candidates.discard(t)
+        if base is not None:
+            done[t] = True
+            while frontier < len(base) and done[base[frontier]]:
+                frontier += 1
         ready.issue(t)
         for u in list(problem.succs[t]) + ([ready.chain[t]] if t in ready.chain else []):
             if ready.is_ready[u]:
@@ -175,6 +195,8 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
 
 #: fractions of the budget below which `nondelay_schedule` orders by start time alone (one pass each)
 NONDELAY_SOFT_LIMITS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6)
+#: the pass that keeps close to the original order: ties by original position, this far ahead at most
+NONDELAY_ORIGINAL_WINDOW = 20
 
 
 def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None) -> Schedule:
@@ -188,7 +210,9 @@ def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None
     Memory: a task whose allocation would exceed the budget is passed over. Issuing by start time
     alone fills memory with half-finished branches until nothing fits, so above a soft limit the pass
     prefers the tasks that add the fewest bytes net of what they free; one pass per soft limit in
-    `NONDELAY_SOFT_LIMITS` (fractions of the budget), and the fastest one within the budget wins. If
+    `NONDELAY_SOFT_LIMITS` (fractions of the budget), plus one that keeps close to the original
+    order (ties by original position, at most `NONDELAY_ORIGINAL_WINDOW` tasks ahead: the original
+    order's memory behaviour with its idle time filled), and the fastest one within the budget wins. If
     none holds it, `list_schedule` (whose fallbacks hold the budget whenever the original order does)
     is returned as "nondelay[list]". ``method`` is "nondelay".
     """
@@ -197,8 +221,10 @@ def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None
     if budget is None:
         return _nondelay_pass(problem, ranks, None, None)[0]
     best = None
-    for fraction in NONDELAY_SOFT_LIMITS:
-        schedule, over = _nondelay_pass(problem, ranks, budget, int(budget * fraction))
+    passes = [(fraction, None, None) for fraction in NONDELAY_SOFT_LIMITS]
+    passes.append((1.0, range(problem.num_tasks), NONDELAY_ORIGINAL_WINDOW))
+    for fraction, base, window in passes:
+        schedule, over = _nondelay_pass(problem, ranks, budget, int(budget * fraction), base, window)
         if over:
             continue
         sim = simulate(problem, schedule)
