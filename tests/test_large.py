@@ -58,3 +58,26 @@ def test_auto_uses_windowed_search_past_the_monolithic_size(monkeypatch):
     res = optimize(build("synthetic", tasks=120, seed=3), time_limit=4)
     assert res.report.solver == "cpsat-windows"
     validate(res.problem, res.schedule)
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+@pytest.mark.parametrize("seed", range(6))
+def test_a_window_model_keeps_the_past_and_the_future_and_never_loses(seed, streams):
+    """Only positions lo:hi are modelled: the tasks before keep their positions, the tasks after keep
+    their order at the end, and the result is valid and no worse (makespan, then the sum of starts)."""
+    from solvercast.solvers.cpsat import solve_cpsat
+
+    p = random_problem(seed, 40, compute_streams=streams, sync_overhead=3, comm_fraction=0.25)
+    budget = simulate(p, Schedule.original(p)).peak_memory
+    hint = best_heuristic(p, budget)
+    before = simulate(p, hint)
+    lo, hi = 5 + seed, 25 + seed
+    res = solve_cpsat(p, time_limit=3, memory_budget=budget, hint=hint, window=(lo, hi), left_shift=True,
+                      debug_hint=True)
+    after = validate(p, res.schedule, memory_budget=budget)
+    assert res.schedule.order[:lo] == hint.order[:lo]
+    assert res.schedule.order[hi:] == hint.order[hi:]
+    assert set(res.schedule.order[lo:hi]) == set(hint.order[lo:hi])
+    assert (after.makespan, sum(after.start)) <= (before.makespan, sum(before.start))
+    if res.status != SolveStatus.HINT_KEPT:
+        assert (after.makespan, sum(after.start)) < (before.makespan, sum(before.start))

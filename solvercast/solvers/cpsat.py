@@ -93,6 +93,46 @@ class _Model:
         self.lifetimes: list = []  # (born, size, end, buffer) of each memory interval
         self._pending_program_order: list = []  # (a, b, condition): a before b in program time
         self._anchor_memo: dict[int, frozenset[int]] = {}
+        # windowed search (`scope`): tasks before the window are constants, tasks after it are left out
+        self.past: list[int] = []
+        self.future: list[int] = []
+        self.gone: set[int] = set()  # the future, as a set
+        self.frontier: dict[int, int] = {}  # stream -> when the past leaves it free
+
+    def scope(self, schedule: Schedule, sim: SimResult, lo: int, hi: int) -> None:
+        """Model only the tasks at positions ``lo:hi`` of ``schedule`` (call before `add_variables`).
+
+        Tasks before the window keep the incumbent's times, streams and program times as constants
+        (`simulate` times a task from what comes before it in program order, so no reorder of the
+        window moves them), and the window's tasks start after the past is done with each stream.
+        Tasks after the window are left out: buffers they hold live past the window, and the
+        objective only sees the window (`solve_cpsat` judges the whole schedule with `simulate`).
+        A model of a few hundred tasks, whatever the graph's size."""
+        p = self.p
+        order = list(schedule.order)
+        self.past, window, self.future = order[:lo], order[lo:hi], order[hi:]
+        self.gone = set(self.future)
+        self._scope_streams = sim.streams
+        self._scope_end = sim.end
+        ptime = self._program_time_hint(schedule, sim, sim.launch) if self.single_stream else {}
+        self._past_ptime = max((ptime[t] for t in self.past if t in ptime), default=-1)
+        for t in self.past:
+            if t not in self._contracted:
+                self.ptime[t] = ptime.get(t, 0)
+            if p.tasks[t].role == Role.FREE:
+                continue
+            self.start[t] = sim.start[t]
+            self.on[t] = {sim.streams[t]: 1}
+            self.frontier[sim.streams[t]] = max(self.frontier.get(sim.streams[t], 0), sim.end[t])
+            if t in p.wait_of:
+                self.launch[t] = sim.launch[t]
+                self.frontier[0] = max(self.frontier.get(0, 0), sim.launch[t])
+        self.timed = [t for t in window if p.tasks[t].role != Role.FREE]
+
+    @property
+    def launch_vars(self) -> dict[int, cp_model.IntVar]:
+        """Launch points that are variables (not constants of the past)."""
+        return {c: v for c, v in self.launch.items() if not isinstance(v, int)}
 
     # ---- variables --------------------------------------------------------------------------
     def add_variables(self) -> None:
@@ -102,6 +142,9 @@ class _Model:
         for t in self.timed:
             task = p.tasks[t]
             lo, hi = est[t], max(est[t], lst[t])
+            if self.frontier:  # windowed: on whichever stream, not before the past is done with all
+                lo = max(lo, min(self.frontier.get(k, 0) for k in p.allowed_streams(t)))
+                hi = max(lo, hi)
             s = m.NewIntVar(lo, hi, f"start_{task.name}")
             self.start[t] = s
             streams = list(p.allowed_streams(t))
@@ -116,8 +159,14 @@ class _Model:
                 self.intervals[k].append(
                     (t, m.NewOptionalFixedSizeIntervalVar(s, task.duration, lit, f"iv_{task.name}_s{k}")))
             m.AddExactlyOne(self.on[t].values())
+            for k, lit in self.on[t].items():  # windowed: after the past on the stream it takes
+                if self.frontier.get(k, 0) > lo:
+                    m.Add(s >= self.frontier[k]).OnlyEnforceIf(lit)
         for c in p.wait_of:
-            self.launch[c] = m.NewIntVar(0, max(0, max(est[c], lst[c]) - p.machine.sync_overhead),
+            if c in self.gone or c in self.launch:  # left out, or a constant of the past
+                continue
+            self.launch[c] = m.NewIntVar(self.frontier.get(0, 0),
+                                         max(self.frontier.get(0, 0), est[c], lst[c] - p.machine.sync_overhead),
                                          f"launch_{p.tasks[c].name}")
             self.intervals[0].append((c, m.NewFixedSizeIntervalVar(self.launch[c], 0, f"launch_iv_{p.tasks[c].name}")))
         self.makespan = m.NewIntVar(max(est[t] + p.tasks[t].duration for t in self.timed) if self.timed else 0,
@@ -189,7 +238,7 @@ class _Model:
     def _launches(self) -> None:
         p = self.p
         sync = p.machine.sync_overhead
-        for c, l in self.launch.items():
+        for c, l in self.launch_vars.items():
             for q in p.sync_preds[c]:
                 self.m.Add(l >= self.start[q] + p.tasks[q].duration + self._on_stream0(q))
             self.m.Add(self.start[c] >= l + sync)
@@ -197,21 +246,26 @@ class _Model:
     def _collective_order(self) -> None:
         """Comm streams run collectives in launch (program) order."""
         p, m = self.p, self.m
-        comms = [c for c in p.comm_tasks]
+        comms = [c for c in p.comm_tasks if c not in self.gone]
+        past = set(self.past)
         if len(comms) < 2:
             return
         if p.preserve_collective_order:
             for a, b in zip(comms, comms[1:]):
-                self._comm_precede(a, b)
+                if b not in past:
+                    self._comm_precede(a, b)
             # non-consecutive pairs on a shared comm stream follow from the chain on one comm stream;
             # with several, order each pair that may share one
             if p.machine.comm_streams > 1 or any(not p.is_async_comm(c) for c in comms):
                 for i, a in enumerate(comms):
                     for b in comms[i + 1:]:
-                        self._same_stream_order(a, b)
+                        if b not in past:
+                            self._same_stream_order(a, b)
             return
         for i, a in enumerate(comms):
             for b in comms[i + 1:]:
+                if a in past and b in past:
+                    continue
                 before = m.NewBoolVar(f"before_{p.tasks[a].name}_{p.tasks[b].name}")
                 self.comm_before[(a, b)] = before
                 self._comm_precede(a, b, before)
@@ -280,9 +334,11 @@ class _Model:
         """One compute stream: program time P per task (see module docstring)."""
         p, m, K, half = self.p, self.m, self.K, self.half
         top = K * (self.horizon + 1)
+        past = set(self.past)
+        first = self._past_ptime + 1 if self.past else 0  # the window's program comes after the past's
         for t in range(self.n):
-            if t not in self._contracted:
-                self.ptime[t] = m.NewIntVar(0, top, f"ptime_{p.tasks[t].name}")
+            if t not in self._contracted and t not in past and t not in self.gone:
+                self.ptime[t] = m.NewIntVar(first, top, f"ptime_{p.tasks[t].name}")
         for t in self.timed:
             if t in self.launch:
                 anchor, upper = self.launch[t], False
@@ -296,7 +352,7 @@ class _Model:
             m.Add(self.ptime[t] >= K * anchor + lo).OnlyEnforceIf(cond)
             m.Add(self.ptime[t] <= K * anchor + lo + half - 1).OnlyEnforceIf(cond)
         for u, v in p.edges:
-            if v in self._contracted:
+            if v in self._contracted or v in past or v in self.gone:
                 continue
             for a in (self._anchors(u) if u in self._contracted else (u,)):
                 m.Add(self.ptime[v] >= self.ptime[a] + 1)
@@ -319,16 +375,24 @@ class _Model:
             point = lambda t: self.start[t]  # noqa: E731
             after = lambda t: self.start[t] + p.tasks[t].duration  # noqa: E731
         ivs, demands = [], []
+        past = set(self.past)
         for b in p.lifetime_buffers:
             buf, users = p.buffers[b], p.buffer_users[b]
+            holders = set(users) | ({buf.producer} if buf.producer is not None else set())
+            if self.past and holders <= past:
+                continue  # windowed: freed before the window
+            if buf.producer in self.gone:
+                continue  # windowed: born after the window
             born = 0 if buf.is_input else point(buf.producer)
-            if buf.is_output:
-                end = top
+            if buf.is_output or (holders & self.gone and self.single_stream):
+                end = top  # (windowed) held past the window: every later step comes after the window's
             else:
                 end = m.NewIntVar(0, top, f"dies_{buf.name}")
                 self.lifetime_end[b] = end
                 ends = set(users) | ({buf.producer} if buf.producer is not None else set())
-                for u in ends:
+                if holders & self.gone:  # windowed, several streams: held until the incumbent frees it
+                    m.Add(end >= max(self._scope_end[u] for u in holders & self.gone))
+                for u in ends - self.gone:
                     if self.single_stream:
                         for a in self._program_points(u):
                             m.Add(end >= after(a))
@@ -373,26 +437,6 @@ class _Model:
                     m.Add(begin >= last_on[k])
                 last_on[k] = end
 
-    def freeze(self, schedule: Schedule, sim: SimResult, prefix: set[int], suffix: set[int]) -> None:
-        """Windowed search: ``prefix`` tasks keep the incumbent's times exactly (a window's reorder cannot
-        move them: `simulate` times a task from what comes before it in program order) and ``suffix`` tasks
-        may only move earlier. Loses no improving solution of the neighbourhood that keeps them in
-        order, and spares presolve from pushing bounds along the long fixed chains."""
-        m = self.m
-        ptime = self._program_time_hint(schedule, sim, sim.launch) if self.single_stream else {}
-        for t in prefix:
-            if t in self.start:
-                m.Add(self.start[t] == sim.start[t])
-            if t in self.launch:
-                m.Add(self.launch[t] == sim.launch[t])
-            if t in self.ptime:
-                m.Add(self.ptime[t] == ptime[t])
-        for t in suffix:
-            if t in self.start:
-                m.Add(self.start[t] <= sim.start[t])
-            if t in self.launch:
-                m.Add(self.launch[t] <= sim.launch[t])
-
     # ---- objective and hint --------------------------------------------------------------------
     def add_objective(self, left_shift: bool = False) -> None:
         if not left_shift:
@@ -400,7 +444,7 @@ class _Model:
             return
         # makespan first, then every start (launch points included) as early as possible: a window that
         # fills an idle gap but does not move the makespan yet is still progress for the next window
-        starts = [self.start[t] for t in self.timed] + list(self.launch.values())
+        starts = [self.start[t] for t in self.timed] + list(self.launch_vars.values())
         self.m.Minimize(len(starts) * self.makespan + sum(starts))
 
     def add_hint(self, schedule: Schedule, sim: SimResult) -> None:
@@ -412,7 +456,7 @@ class _Model:
                 if not isinstance(lit, int):
                     m.AddHint(lit, int(sim.streams[t] == k))
         launch = sim.launch
-        for c, l in self.launch.items():
+        for c, l in self.launch_vars.items():
             m.AddHint(l, launch[c])
         for (a, b), same in self.same.items():
             m.AddHint(same, int(sim.streams[a] == sim.streams[b]))
@@ -423,7 +467,8 @@ class _Model:
         if self.single_stream:
             ptime = self._program_time_hint(schedule, sim, launch)
             for t, var in self.ptime.items():
-                m.AddHint(var, ptime[t])
+                if not isinstance(var, int):
+                    m.AddHint(var, ptime[t])
         else:
             ptime = None
         if self.budget is not None:
@@ -471,31 +516,42 @@ class _Model:
     # ---- extraction ---------------------------------------------------------------------------
     def extract(self, solver: cp_model.CpSolver) -> Schedule:
         p = self.p
-        streams = {}
+        value = lambda x: x if isinstance(x, int) else solver.Value(x)  # noqa: E731 (constants of the past)
+        streams = {t: self._scope_streams[t] for t in self.past + self.future if p.tasks[t].role != Role.FREE}
         for t in self.timed:
             for k, lit in self.on[t].items():
                 if isinstance(lit, int) or solver.Value(lit):
                     streams[t] = k
                     break
         if self.single_stream:
-            key = {t: (solver.Value(self.ptime[t]), t) for t in self.ptime}
+            key = {t: (value(self.ptime[t]), t) for t in self.ptime}
+            past = set(self.past)
+            floor = self._past_ptime + 1 if self.past else -1  # the window's views stay in the window
             for t in range(self.n):  # contracted views: right after their inputs
-                if t in self._contracted:
-                    key[t] = (max((key[a][0] for a in self._anchors(t)), default=-1), t)
+                if t in self._contracted and t not in self.gone:
+                    key[t] = (max([key[a][0] for a in self._anchors(t)] + [-1 if t in past else floor]), t)
         else:
-            key = {}
+            key = {t: (i - len(self.past), 0, t) for i, t in enumerate(self.past)}
             for t in self.timed:
                 if t in self.launch:
                     key[t] = (solver.Value(self.launch[t]), 0, t)
                 else:
                     key[t] = (solver.Value(self.start[t]), int(p.tasks[t].duration > 0), t)
             for t in range(self.n):  # views: when their inputs are ready, in topological (id) order
-                if p.tasks[t].role == Role.FREE:
+                if p.tasks[t].role == Role.FREE and t not in key and t not in self.gone:
                     ready = max((solver.Value(self.start[q]) + p.tasks[q].duration for q in p.sync_preds[t]),
                                 default=0)
                     key[t] = (ready, 0, t)
+        after = 1 << 62  # windowed: the tasks left out follow in the incumbent's order
+        for i, t in enumerate(self.future):
+            key[t] = (after + i,) + key_tail(self.single_stream, t)
         order = topological_by_key(p, key)
         return Schedule(order=order, streams=streams, method="cpsat")
+
+
+def key_tail(single_stream: bool, t: int) -> tuple:
+    """The rest of an order key (see `_Model.extract`): (task,) or (0, task)."""
+    return (t,) if single_stream else (0, t)
 
 
 def _check_hint(model: _Model) -> None:
@@ -553,7 +609,7 @@ def solve_cpsat(
     debug_hint: bool = False,  # first check that the hint is a feasible point of the model (raises if not)
     progress: Callable[[str], None] | None = None,
     fixed_order: set[int] | None = None,
-    frozen: tuple[set[int], set[int]] | None = None,
+    window: tuple[int, int] | None = None,
     left_shift: bool = False,
     repair_hint: bool = False,
 ) -> SolveResult:
@@ -567,7 +623,8 @@ def solve_cpsat(
     which is not deterministic, ended the search. ``progress`` receives a line
     per improved solution. ``fixed_order``: tasks kept in the hint's relative
     order and on its streams (a reduced model; see solvers/large.py).
-    ``frozen``: (prefix, suffix) task sets of a window (see `_Model.freeze`).
+    ``window``: (lo, hi) positions of the hint's order; only those tasks are
+    modelled (see `_Model.scope`).
     ``left_shift``: keep the hint's makespan as a cap and minimize it, then
     the sum of start times; a schedule with the same makespan and earlier
     starts then counts as an improvement.
@@ -589,6 +646,10 @@ def solve_cpsat(
     model_horizon = scaled_hint_sim.makespan if scaled_hint_sim is not None else -(-serial // factor)
 
     model = _Model(scaled, model_horizon, budget)
+    if window is not None:
+        if hint is None:
+            raise ValueError("window models part of the hint: give a hint")
+        model.scope(hint, scaled_hint_sim, *window)
     model.add_variables()
     model.add_constraints()
     model.add_objective(left_shift)
@@ -598,13 +659,12 @@ def solve_cpsat(
         model.m.Add(model.makespan <= model_horizon)
     # our bounds hold for the scaled problem too (its durations are rounded up), and CP-SAT's own bound
     # with memory is weak: telling it lets it prove optimality sooner
-    model.m.Add(model.makespan >= lower_bounds(problem).makespan // factor)
+    if window is None:
+        model.m.Add(model.makespan >= lower_bounds(problem).makespan // factor)
     if fixed_order:
         if hint is None:
             raise ValueError("fixed_order keeps the hint's order: give a hint")
         model.fix_order(hint, scaled_hint_sim, fixed_order)
-    if frozen:
-        model.freeze(hint, scaled_hint_sim, *frozen)
     if hint is not None:
         model.add_hint(hint, scaled_hint_sim)
 
@@ -672,10 +732,12 @@ def solve_cpsat(
     if schedule is not final:
         status = cp_model.FEASIBLE  # an earlier solution: no longer the proven optimum
         stats["fell_back_to_earlier_solution"] = str(rejected)
+    # CP-SAT's optimum is the problem's only for the whole, unscaled model with the makespan objective
+    exact = factor == 1 and not fixed_order and window is None and not left_shift
     if hint_sim is not None and _potential(sim, left_shift) >= _potential(hint_sim, left_shift):
-        msg = "CP-SAT proved the warm start optimal" if status == cp_model.OPTIMAL else \
+        msg = "CP-SAT proved the warm start optimal" if status == cp_model.OPTIMAL and exact else \
             "CP-SAT found nothing better than the warm start"
-        solved = SolveStatus.OPTIMAL if status == cp_model.OPTIMAL and factor == 1 else SolveStatus.HINT_KEPT
+        solved = SolveStatus.OPTIMAL if status == cp_model.OPTIMAL and exact else SolveStatus.HINT_KEPT
         return SolveResult(hint, solved, hint_sim, objective, bound, wall, name, msg, stats)
-    solved = SolveStatus.OPTIMAL if status == cp_model.OPTIMAL and factor == 1 else SolveStatus.FEASIBLE
+    solved = SolveStatus.OPTIMAL if status == cp_model.OPTIMAL and exact else SolveStatus.FEASIBLE
     return SolveResult(schedule, solved, sim, objective, bound, wall, name, "", stats)

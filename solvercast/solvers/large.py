@@ -1,17 +1,22 @@
 """Reduced CP-SAT models for graphs past what a monolithic model handles.
 
 A monolithic model with memory stalls past a few hundred tasks on 2 cores
-(shared/notes/cpsat-scaling.md). Two reductions of the same model
-(`solve_cpsat` with ``fixed_order``), both warm-started from the incumbent and
-accepting only improvements judged by `simulate`:
+(shared/notes/cpsat-scaling.md). Two reductions of the same model, both
+warm-started from the incumbent and accepting only improvements judged by
+`simulate`:
 
-* placement: compute tasks keep the incumbent's order and streams; only where
-  collectives launch, where waits land (and views) is free.
-* windows: large-neighbourhood search. Everything outside a window of
-  consecutive tasks (in program order) keeps its relative order; the window is
-  free. Windows are centred on the places where the default stream sits idle
-  (the only places a reorder can shorten a one-stream schedule), largest idle
-  first, then slide over the rest.
+* placement (`solve_cpsat` with ``fixed_order``): compute tasks keep the
+  incumbent's order and streams; only where collectives launch, where waits
+  land (and views) is free.
+* windows (`solve_cpsat` with ``window``): large-neighbourhood search. Only a
+  window of consecutive tasks (in program order) is modelled: what comes
+  before it is constant, what comes after it is left out, so each model has a
+  few hundred tasks whatever the graph's size. The window minimizes its own
+  span, then its start times (``left_shift``), and a window is kept when the
+  whole schedule's makespan is no worse and its starts are earlier: progress
+  that the next windows build on. Windows are centred on the places where the
+  default stream sits idle (the only places a reorder can shorten a
+  one-stream schedule), largest idle first, then slide over the rest.
 """
 
 from __future__ import annotations
@@ -97,7 +102,6 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
     best, best_sim = hint, simulate(problem, hint)
     hint_sim = best_sim
     tried = improved = 0
-    all_tasks = set(range(problem.num_tasks))
     queue = window_starts(problem, best, best_sim, window)
     overhead = 0.0  # model building and checking around each solve, measured on the last window
     while queue:
@@ -105,11 +109,9 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
         if left < 0.5:
             break
         lo = queue.pop(0)
-        free = set(best.order[lo:lo + window])
-        frozen = (set(best.order[:lo]), set(best.order[lo + window:]))
         window_started = time.perf_counter()
         res = solve_cpsat(problem, time_limit=min(per_window, left), memory_budget=memory_budget, hint=best,
-                          fixed_order=all_tasks - free, frozen=frozen, left_shift=True, deterministic=deterministic)
+                          window=(lo, lo + window), left_shift=True, deterministic=deterministic)
         overhead = max(0.0, time.perf_counter() - window_started - res.stats.get("solver_wall_time", 0.0))
         tried += 1
         if res.status != SolveStatus.HINT_KEPT:  # lower makespan, or the same with earlier starts
