@@ -31,6 +31,16 @@ def test_sequencing_bound_by_hand():
     assert lower_bounds(free).sequencing == 120 == brute_force(free)[0]
 
 
+def test_a_collective_waits_for_all_its_ancestors_work():
+    # a(10), b(10) -> ar(50) -> w -> u(10): the one compute stream runs a and b before the launch, so ar
+    # starts at 20 at the earliest, u at 70: 80. Critical path 10 + 50 + 10 = 70, compute 30.
+    tasks = (Task("a", C, 10), Task("b", C, 10), Task("ar", M, 50), Task("w", W, waits_for=2), Task("u", C, 10))
+    p = Problem(tasks, ((0, 2), (1, 2), (2, 3), (3, 4)))
+    b = lower_bounds(p)
+    assert (b.critical_path, b.compute, b.sequencing) == (70, 30, 80)
+    assert brute_force(p)[0] == 80
+
+
 def test_preemptive_sequence_by_hand():
     # (head, work, tail): a(0, 10, 0), b(2, 3, 20): b preempts a at 2, ends 5 (+20 = 25); a ends 13
     assert _preemptive_sequence([(0, 10, 0), (2, 3, 20)]) == 25
