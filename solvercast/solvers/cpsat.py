@@ -640,7 +640,8 @@ def solve_cpsat(
 
     serial = sum(t.duration for t in problem.tasks) + 2 * problem.machine.sync_overhead * problem.num_tasks
     horizon = hint_sim.makespan if hint_sim is not None else serial
-    factor = max(1, math.ceil(horizon / model_horizon_cap(problem.num_tasks)))
+    modelled = problem.num_tasks if window is None else window[1] - window[0]
+    factor = max(1, math.ceil(horizon / model_horizon_cap(modelled)))
     scaled = scale_problem(problem, factor)
     scaled_hint_sim = simulate(scaled, hint) if hint is not None else None
     model_horizon = scaled_hint_sim.makespan if scaled_hint_sim is not None else -(-serial // factor)
