@@ -17,8 +17,8 @@ from solvercast.report import Report
 from solvercast.schedule import Schedule
 from solvercast.simulate import SimResult, simulate
 
-METHODS = ("auto", "cpsat", "cpsat-placement", "cpsat-windows", "milp", "heuristic", "list", "comm_priority",
-           "original")
+METHODS = ("auto", "cpsat", "cpsat-placement", "cpsat-windows", "milp", "heuristic", "list", "nondelay",
+           "comm_priority", "original")
 # auto: a monolithic CP-SAT model up to this many tasks (measured: it still improves on the heuristic at
 # 3,000 tasks and finds nothing at 10,000: experiments/results/scale.md); beyond, placement then windows
 AUTO_CPSAT_MAX_TASKS = 4000
@@ -139,17 +139,15 @@ def optimize(
 
 def _solve(problem: Problem, method: str, time_left: float, deterministic: bool, say, phase) -> tuple[Schedule, dict]:
     """The chosen method's schedule (always within budget) and what happened."""
-    from solvercast.heuristics import best_heuristic, comm_priority_schedule, list_schedule
+    from solvercast.heuristics import best_heuristic, comm_priority_schedule, list_schedule, nondelay_schedule
 
     info: dict = {"method": method}
     budget = problem.machine.memory_budget
     if method == "original":
         return _within_budget(problem, Schedule.original(problem), budget), {**info, "method": "original"}
-    if method in ("list", "comm_priority"):
-        if method == "list":
-            schedule = list_schedule(problem, memory_budget=budget)
-        else:
-            schedule = comm_priority_schedule(problem, memory_budget=budget)
+    if method in ("list", "nondelay", "comm_priority"):
+        single = {"list": list_schedule, "nondelay": nondelay_schedule, "comm_priority": comm_priority_schedule}
+        schedule = single[method](problem, memory_budget=budget)
         phase("heuristics")
         return _within_budget(problem, schedule, budget), {**info, "method": method}
 

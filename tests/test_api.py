@@ -66,6 +66,18 @@ def test_original_method_returns_the_original_order():
     assert res.report.optimized_makespan == res.report.baseline_makespan
 
 
+@pytest.mark.parametrize("method", ["list", "nondelay", "comm_priority"])
+def test_single_heuristic_methods_hold_the_budget(method):
+    from solvercast.heuristics import comm_priority_schedule, list_schedule, nondelay_schedule
+
+    res = optimize(build("moe_block"), time_limit=1, method=method)
+    validate(res.problem, res.schedule, memory_budget=res.report.memory_budget)
+    own = {"list": list_schedule, "nondelay": nondelay_schedule, "comm_priority": comm_priority_schedule}[method]
+    expected = own(res.problem, memory_budget=res.report.memory_budget)
+    # the method's own schedule, unless it was no faster than the original order
+    assert res.schedule.order in (expected.order, Schedule.original(res.problem).order)
+
+
 def test_impossible_budget_names_the_smallest_peak():
     gm = build("fsdp_layers")
     with pytest.raises(InfeasibleBudgetError, match="peak") as info:
