@@ -13,7 +13,7 @@ and ``skip_reason``. A rerun skips rows already in the CSV (key: model, params, 
 time limit, streams, seed), so an interrupted sweep resumes where it stopped. A failing run (e.g. an
 infeasible budget) is an ``error`` row, never a crash.
 
-Methods: ``original``, ``list``, ``comm_priority``, ``heuristic`` (best heuristic) and the solvers
+Methods: ``original``, ``list``, ``nondelay``, ``comm_priority``, ``heuristic`` (best heuristic) and the solvers
 ``cpsat`` / ``milp`` all go through `solvercast.optimize` (so, like for a user, a method that does
 not beat the original order returns the original order); ``torch_overlap`` is PyTorch's overlap
 scheduler (experiments/torch_overlap.py), whose own answer is recorded as is. Only the solvers use
@@ -63,7 +63,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-METHODS = ("original", "list", "comm_priority", "heuristic", "cpsat", "milp", "torch_overlap")
+METHODS = ("original", "list", "nondelay", "comm_priority", "heuristic", "cpsat", "milp", "torch_overlap")
 SOLVER_METHODS = ("cpsat", "milp")
 KEY = ("model", "params", "method", "budget", "time_limit", "compute_streams", "seed")
 BOUND_KEYS = ("critical_path", "compute", "comm", "makespan", "memory")
