@@ -32,6 +32,7 @@ import torch.fx as fx
 
 from solvercast import optimize
 from solvercast.models import build
+from solvercast.testing import random_inputs
 
 C10D = torch.ops._c10d_functional
 
@@ -87,21 +88,6 @@ def localize(gm: fx.GraphModule) -> fx.GraphModule:
     return out
 
 
-def inputs_for(gm: fx.GraphModule, seed: int = 0) -> list[torch.Tensor]:
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    args = []
-    for node in gm.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        val = node.meta["val"]
-        if val.dtype.is_floating_point:
-            scale = max(val.shape[-1] if val.dim() else 1, 1) ** -0.5
-            t = torch.randn(tuple(val.shape), generator=gen, device="cuda", dtype=torch.float32) * scale
-            args.append(t.to(val.dtype))
-        else:
-            args.append(torch.randint(0, 2, tuple(val.shape), generator=gen, device="cuda", dtype=val.dtype))
-    return args
-
 
 def step(gm, args):
     with torch.no_grad():
@@ -152,7 +138,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|")
     for name, params in CASES:
         gm = build(name, **params)
-        args_cuda = inputs_for(gm)
+        args_cuda = random_inputs(gm, device="cuda")
         orig = localize(gm)
         ref, peak0, ms0 = measure(orig, args_cuda, args.iters)
         for streams in (1, 2):

@@ -21,7 +21,7 @@ import time
 
 from solvercast import Schedule, lower_bounds, simulate, validate
 from solvercast.heuristics import (best_heuristic, comm_priority_schedule, iterative_swap, list_schedule,
-                                   resolve_budget)
+                                   nondelay_schedule, resolve_budget)
 from solvercast.testing import random_problem
 
 
@@ -53,6 +53,7 @@ def run(size: int, args) -> list[str]:
     cp = comm_priority_schedule(p, memory_budget=budget)
     heuristics = {
         "list": lambda: list_schedule(p, budget),
+        "nondelay": lambda: nondelay_schedule(p, budget),
         "comm_priority": lambda: comm_priority_schedule(p, memory_budget=budget),
         "raise_comms": lambda: comm_priority_schedule(p, True, False, False, memory_budget=budget),
         "sink_waits": lambda: comm_priority_schedule(p, False, True, False, memory_budget=budget),

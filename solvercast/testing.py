@@ -1,4 +1,5 @@
-"""Seeded random Problems, built directly (no FX), for tests and sweeps."""
+"""Seeded random Problems, built directly (no FX), and random inputs for FX graphs, for tests and
+experiments."""
 
 from __future__ import annotations
 
@@ -104,3 +105,22 @@ def random_problem(
                       memory_budget=memory_budget)
     return Problem(tasks=tuple(tasks), edges=tuple(edges), buffers=tuple(buffers), machine=machine,
                    preserve_collective_order=preserve_collective_order, name=f"random{num_tasks}_s{seed}")
+
+
+def random_inputs(gm, seed: int = 0, device: str = "cpu") -> list:
+    """Random tensors of ``gm``'s placeholders' shapes and dtypes (from ``meta["val"]``), scaled by
+    1/sqrt(last dim) so that deep graphs stay finite; integer inputs are 0/1."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta["val"]
+        if val.dtype.is_floating_point:
+            scale = max(val.shape[-1] if val.dim() else 1, 1) ** -0.5
+            out.append((torch.randn(tuple(val.shape), generator=gen) * scale).to(val.dtype))
+        else:
+            out.append(torch.randint(0, 2, tuple(val.shape), generator=gen, dtype=val.dtype))
+    return [t.to(device) for t in out]

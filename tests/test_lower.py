@@ -14,6 +14,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from solvercast import InvalidScheduleError, Role, Schedule, extract_problem, validate
 from solvercast import ops
 from solvercast.lower import LoweringError, anchor_nodes, lower, strip_anchors
+from solvercast.testing import random_inputs
 from solvercast.models import build, list_models
 
 C10D = torch.ops._c10d_functional
@@ -68,19 +69,7 @@ def random_schedule(problem, seed: int, streams: bool = True) -> Schedule:
 
 
 def real_inputs(gm: fx.GraphModule, seed: int = 0) -> list[torch.Tensor]:
-    """Random inputs of the placeholders' shapes, scaled so deep graphs stay finite."""
-    gen = torch.Generator().manual_seed(seed)
-    out = []
-    for node in gm.graph.nodes:
-        if node.op != "placeholder":
-            continue
-        val = node.meta["val"]
-        if val.dtype.is_floating_point:
-            scale = max(val.shape[-1] if val.dim() else 1, 1) ** -0.5
-            out.append((torch.randn(tuple(val.shape), generator=gen) * scale).to(val.dtype))
-        else:
-            out.append(torch.randint(0, 2, tuple(val.shape), generator=gen, dtype=val.dtype))
-    return out
+    return random_inputs(gm, seed)
 
 
 class LocalCollectives(TorchDispatchMode):
