@@ -197,7 +197,10 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
             # the scan may stop early only while no task can cross the soft limit (all "grows" are 0)
             can_stop = mem is None or mem.cur + largest <= soft
             timed = 0
-            for _, t in queue:
+            stop_after = None
+            for tie_t, t in queue:
+                if stop_after is not None and tie_t > stop_after:
+                    break  # everything from here on ties worse and can start no sooner
                 if window is not None and pos[t] > frontier + window:
                     continue
                 grows = 0
@@ -215,8 +218,8 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
                     key = (grows, start, tie[t], s != default[t], s, t)
                     if best is None or key < best[0]:
                         best = (key, t, s)
-                if can_stop and best is not None and best[0][1] <= floor:
-                    break  # nothing later in tie order can start sooner
+                if can_stop and stop_after is None and best is not None and best[0][1] <= floor:
+                    stop_after = best[0][2]  # only tasks with the same tie can still win (stream, id)
             if best is None:  # nothing fits: free the most; the caller falls back
                 over = True
                 t = min((u for _, u in queue), key=lambda u: (mem.alloc[u] - mem.pot_free[u], -ranks[u], u))

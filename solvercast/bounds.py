@@ -201,9 +201,10 @@ def sequencing_bound(problem: Problem) -> int:
     Compute work shares the GPU: with one compute stream tasks run one at a time, with several their
     occupancy area fits under 1. Either way, the compute tasks of any set S all run between the least
     head in S and the makespan minus the least tail in S, so that span is at least S's work (area);
-    the best such set is found by Jackson's preemptive schedule. This is at least both the critical
-    path through any compute task and the total compute work, and higher when collectives at the start
-    or end of the step leave the GPU idle whatever the order."""
+    the best such set is found by Jackson's preemptive schedule. On one compute stream this is at least
+    both the critical path through any compute task and the total compute work (with several, the
+    area counts, so `Bounds.makespan` still takes the others' maximum), and higher when collectives at
+    the start or end of the step leave the GPU idle whatever the order."""
     head, tail = _heads_and_tails(problem)
     work = _compute_work(problem)
     compute = [(head[t], work[t], tail[t]) for t in range(problem.num_tasks) if work[t]]

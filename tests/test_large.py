@@ -81,3 +81,24 @@ def test_a_window_model_keeps_the_past_and_the_future_and_never_loses(seed, stre
     assert (after.makespan, sum(after.start)) <= (before.makespan, sum(before.start))
     if res.status != SolveStatus.HINT_KEPT:
         assert (after.makespan, sum(after.start)) < (before.makespan, sum(before.start))
+
+
+def test_left_shift_puts_the_makespan_first():
+    """x(50) -> c(200) -> w -> y(1), and five 1 ns tasks issued after y: makespan 256 (they wait for
+    c). Moving them before the wait gives 251, which a window over everything must find."""
+    from solvercast.solvers.cpsat import solve_cpsat
+
+    tasks = [Task("x", Role.COMPUTE, 50), Task("c", Role.COMM, 200), Task("w", Role.WAIT, waits_for=1),
+             Task("y", Role.COMPUTE, 1)] + [Task(f"a{i}", Role.COMPUTE, 1) for i in range(5)]
+    p = Problem(tuple(tasks), ((0, 1), (1, 2), (2, 3)), machine=Machine())
+    hint = Schedule.original(p)
+    assert simulate(p, hint).makespan == 256
+    res = solve_cpsat(p, time_limit=5, hint=hint, window=(0, p.num_tasks), left_shift=True, debug_hint=True)
+    assert res.simulated.makespan == 251
+
+
+def test_reduced_models_report_no_bound():
+    p = random_problem(1, 30, sync_overhead=3)
+    budget = simulate(p, Schedule.original(p)).peak_memory
+    placed = solve_placement(p, best_heuristic(p, budget), time_limit=2, memory_budget=budget)
+    assert placed.bound is None and placed.status != SolveStatus.OPTIMAL

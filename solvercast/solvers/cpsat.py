@@ -445,7 +445,8 @@ class _Model:
         # makespan first, then every start (launch points included) as early as possible: a window that
         # fills an idle gap but does not move the makespan yet is still progress for the next window
         starts = [self.start[t] for t in self.timed] + list(self.launch_vars.values())
-        self.m.Minimize(len(starts) * self.makespan + sum(starts))
+        # weighted so that one unit of makespan outweighs any change in the starts (each within the horizon)
+        self.m.Minimize(len(starts) * (self.horizon + 1) * self.makespan + sum(starts))
 
     def add_hint(self, schedule: Schedule, sim: SimResult) -> None:
         """A complete hint: every variable gets the value the schedule implies."""
@@ -697,8 +698,14 @@ def solve_cpsat(
     wall = time.perf_counter() - t0
     name = solver.StatusName(status)
     # a bound on the scaled model (durations rounded up) can exceed the real optimum: reported unscaled only
-    bound = int(solver.BestObjectiveBound()) \
-        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and not left_shift and factor == 1 else None
+    # CP-SAT's optimum and bound are the problem's only for the whole, unscaled model with the makespan
+    # objective (a scaled model's durations are rounded up; reduced models solve part of it), and, with
+    # several compute streams, only without synchronous comm ops (their program order is approximated
+    # by start times, which excludes some valid schedules)
+    sync_comm = any(not problem.is_async_comm(c) for c in problem.comm_tasks)
+    exact = (factor == 1 and not fixed_order and window is None and not left_shift
+             and not (sync_comm and problem.machine.compute_streams > 1))
+    bound = int(solver.BestObjectiveBound()) if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and exact else None
     stopped_by_wall = deterministic and solver.WallTime() >= wall_cap * 0.98
     stats = {"scale": factor, "stopped_by_wall_clock": stopped_by_wall, "build_time": build_time,
              "deterministic_time": solver.deterministic_time, "solver_wall_time": solver.WallTime(), "variables": len(model.m.Proto().variables),
@@ -734,8 +741,6 @@ def solve_cpsat(
     if schedule is not final:
         status = cp_model.FEASIBLE  # an earlier solution: no longer the proven optimum
         stats["fell_back_to_earlier_solution"] = str(rejected)
-    # CP-SAT's optimum is the problem's only for the whole, unscaled model with the makespan objective
-    exact = factor == 1 and not fixed_order and window is None and not left_shift
     if hint_sim is not None and _potential(sim, left_shift) >= _potential(hint_sim, left_shift):
         msg = "CP-SAT proved the warm start optimal" if status == cp_model.OPTIMAL and exact else \
             "CP-SAT found nothing better than the warm start"
