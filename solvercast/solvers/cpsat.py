@@ -98,6 +98,7 @@ class _Model:
         self.future: list[int] = []
         self.gone: set[int] = set()  # the future, as a set
         self.frontier: dict[int, int] = {}  # stream -> when the past leaves it free
+        self._past_ptime = -1  # the past's last program time
 
     def scope(self, schedule: Schedule, sim: SimResult, lo: int, hi: int) -> None:
         """Model only the tasks at positions ``lo:hi`` of ``schedule`` (call before `add_variables`).
@@ -335,7 +336,7 @@ class _Model:
         p, m, K, half = self.p, self.m, self.K, self.half
         top = K * (self.horizon + 1)
         past = set(self.past)
-        first = self._past_ptime + 1 if self.past else 0  # the window's program comes after the past's
+        first = self._past_ptime + 1  # the window's program comes after the past's
         for t in range(self.n):
             if t not in self._contracted and t not in past and t not in self.gone:
                 self.ptime[t] = m.NewIntVar(first, top, f"ptime_{p.tasks[t].name}")
@@ -545,14 +546,9 @@ class _Model:
                     key[t] = (ready, 0, t)
         after = 1 << 62  # windowed: the tasks left out follow in the incumbent's order
         for i, t in enumerate(self.future):
-            key[t] = (after + i,) + key_tail(self.single_stream, t)
+            key[t] = (after + i, t) if self.single_stream else (after + i, 0, t)
         order = topological_by_key(p, key)
         return Schedule(order=order, streams=streams, method="cpsat")
-
-
-def key_tail(single_stream: bool, t: int) -> tuple:
-    """The rest of an order key (see `_Model.extract`): (task,) or (0, task)."""
-    return (t,) if single_stream else (0, t)
 
 
 def _check_hint(model: _Model) -> None:
