@@ -126,34 +126,51 @@ def list_schedule(problem: Problem, memory_budget: int | float | None = None) ->
 
 
 def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft: int | None,
-                   base: Sequence[int] | None = None, window: int | None = None) -> tuple[Schedule, bool]:
-    """One earliest-start pass (see `nondelay_schedule`); returns the schedule and whether it broke the
-    budget. Below ``soft`` bytes it goes by start time; above it, by the bytes a task adds (net of
-    what it frees), so that memory drains before it runs out. Ties go by upward rank, or with a
-    ``base`` order by position in it, and then only tasks at most ``window`` positions past the first
-    unissued one are eligible (the base order's memory behaviour, with idle time filled).
+                   base: Sequence[int] | None = None, window: int | None = None,
+                   deferred: frozenset[int] = frozenset()) -> tuple[Schedule, bool, set[int]]:
+    """One earliest-start pass (see `nondelay_schedule`); returns the schedule, whether it broke the
+    budget, and the tasks to defer next time. Below ``soft`` bytes it goes by start time; above it,
+    by the bytes a task adds (net of what it frees), so that memory drains before it runs out. Ties
+    go by upward rank, or with a ``base`` order by position in it, and then only tasks at most
+    ``window`` positions past the first unissued one are eligible (the base order's memory
+    behaviour, with idle time filled).
+
+    A ``deferred`` task is held back while it is more than `NONDELAY_DEFER_WINDOW` positions (in the
+    base order, else the original) past the first unissued task, unless nothing else fits. When
+    nothing fits, the producers of the buffers allocated but not yet read are the tasks to defer:
+    they were issued early to fill idle time, and their memory is what ran out.
 
     The scan over ready tasks goes in tie order and, while no task can cross the soft limit, stops at
     the first that starts when the earliest stream is free: no later one can beat it. It compares at
     most `NONDELAY_SCAN` tasks that fit."""
-    ready = ReadySet(problem, range(problem.num_tasks), budget)
+    n = problem.num_tasks
+    ready = ReadySet(problem, range(n), budget)
     timeline = Timeline(problem)
     tasks = problem.tasks
     wait_of = problem.wait_of
     mem = ready.memory
-    allowed = [tuple(problem.allowed_streams(t)) for t in range(problem.num_tasks)]
-    default = [problem.default_stream(t) for t in range(problem.num_tasks)]
+    allowed = [tuple(problem.allowed_streams(t)) for t in range(n)]
+    default = [problem.default_stream(t) for t in range(n)]
     streams: dict[int, int] = {}
     over = False
-    if base is not None:  # position of every task in a base order: ties by it, and at most `window` ahead
-        pos = [0] * problem.num_tasks
+    # position of every task in the base order (else the original one) and the first unissued position
+    pos = list(range(n))
+    if base is not None:
         for i, t in enumerate(base):
             pos[t] = i
-        tie = pos
-        done = [False] * problem.num_tasks
-        frontier = 0
-    else:
-        tie = [-r for r in ranks]
+    done = [False] * n
+    frontier = 0
+    tie = pos if base is not None else [-r for r in ranks]
+    # buffers allocated and not yet read, by producer: what a dead end blames
+    produced: list[list[int]] = [[] for _ in range(n)]
+    reads: list[list[int]] = [[] for _ in range(n)]
+    for k, buf in enumerate(problem.buffers):
+        if buf.producer is not None and buf.size and (buf.users or buf.is_output):
+            produced[buf.producer].append(k)
+            for u in buf.users:
+                reads[u].append(k)
+    unread: dict[int, int] = {}
+    culprits: set[int] = set()
     # Ready tasks: views apart (issued at once), the others in tie order, so that the scan can stop at
     # the first that starts as early as anything can (random DAGs keep thousands of tasks ready).
     views: set[int] = set()
@@ -161,7 +178,7 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
     anywhere = 0  # ready tasks that may start before the default stream is free (another stream)
     single = problem.machine.compute_streams == 1
 
-    queued = [False] * problem.num_tasks
+    queued = [False] * n
     largest = max(mem.alloc, default=0) if mem is not None else 0
 
     def add(t: int) -> None:
@@ -185,52 +202,65 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
         if not (single and (t in wait_of or allowed[t] == (0,))):
             anywhere -= 1
 
-    for t in range(problem.num_tasks):
+    def scan(hold_back: bool):
+        """The best ready task that fits the budget, as (key, task, stream), or None."""
+        best = None
+        floor = timeline.stream_free[0] if anywhere == 0 else min(timeline.stream_free)
+        # the scan may stop early only while no task can cross the soft limit (all "grows" are 0)
+        can_stop = mem is None or mem.cur + largest <= soft
+        timed = 0
+        stop_after = None
+        for tie_t, t in queue:
+            if stop_after is not None and tie_t > stop_after:
+                break  # everything from here on ties worse and can start no sooner
+            if window is not None and pos[t] > frontier + window:
+                continue
+            if hold_back and t in deferred and pos[t] > frontier + NONDELAY_DEFER_WINDOW:
+                continue
+            grows = 0
+            if mem is not None:
+                if mem.cur + mem.alloc[t] > budget:
+                    continue
+                if mem.cur + mem.alloc[t] > soft:
+                    grows = 1 + mem.alloc[t] - mem.pot_free[t]  # over the soft limit: drain first
+            timed += 1
+            if timed > NONDELAY_SCAN:
+                break
+            for s in allowed[t]:
+                # a collective competes for the default stream with its launch point
+                start = timeline.launch_time(t) if t in wait_of else timeline.start_on(t, s)
+                key = (grows, start, tie[t], s != default[t], s, t)
+                if best is None or key < best[0]:
+                    best = (key, t, s)
+            if can_stop and stop_after is None and best is not None and best[0][1] <= floor:
+                stop_after = best[0][2]  # only tasks with the same tie can still win (stream, id)
+        return best
+
+    for t in range(n):
         if ready.is_ready[t]:
             add(t)
     while ready:
         if views:
             t, s = min(views), None
         else:
-            best = None
-            floor = timeline.stream_free[0] if anywhere == 0 else min(timeline.stream_free)
-            # the scan may stop early only while no task can cross the soft limit (all "grows" are 0)
-            can_stop = mem is None or mem.cur + largest <= soft
-            timed = 0
-            stop_after = None
-            for tie_t, t in queue:
-                if stop_after is not None and tie_t > stop_after:
-                    break  # everything from here on ties worse and can start no sooner
-                if window is not None and pos[t] > frontier + window:
-                    continue
-                grows = 0
-                if mem is not None:
-                    if mem.cur + mem.alloc[t] > budget:
-                        continue
-                    if mem.cur + mem.alloc[t] > soft:
-                        grows = 1 + mem.alloc[t] - mem.pot_free[t]  # over the soft limit: drain first
-                timed += 1
-                if timed > NONDELAY_SCAN:
-                    break
-                for s in allowed[t]:
-                    # a collective competes for the default stream with its launch point
-                    start = timeline.launch_time(t) if t in wait_of else timeline.start_on(t, s)
-                    key = (grows, start, tie[t], s != default[t], s, t)
-                    if best is None or key < best[0]:
-                        best = (key, t, s)
-                if can_stop and stop_after is None and best is not None and best[0][1] <= floor:
-                    stop_after = best[0][2]  # only tasks with the same tie can still win (stream, id)
-            if best is None:  # nothing fits: free the most; the caller falls back
+            best = scan(True)
+            if best is None and deferred:
+                best = scan(False)
+            if best is None:  # nothing fits: free the most; the caller retries or falls back
                 over = True
+                culprits.update(unread.values())
                 t = min((u for _, u in queue), key=lambda u: (mem.alloc[u] - mem.pot_free[u], -ranks[u], u))
                 s = default[t]
             else:
                 _, t, s = best
         remove(t)
-        if base is not None:
-            done[t] = True
-            while frontier < len(base) and done[base[frontier]]:
-                frontier += 1
+        done[pos[t]] = True
+        while frontier < n and done[frontier]:
+            frontier += 1
+        for k in reads[t]:
+            unread.pop(k, None)
+        for k in produced[t]:
+            unread[k] = t
         ready.issue(t)
         for u in list(problem.succs[t]) + ([ready.chain[t]] if t in ready.chain else []):
             if ready.is_ready[u]:
@@ -240,12 +270,17 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
         else:
             timeline.place(t, s)
             streams[t] = s
-    return Schedule(order=tuple(ready.order), streams=streams, method="nondelay"), over
+    return Schedule(order=tuple(ready.order), streams=streams, method="nondelay"), over, culprits
 
 
 #: ready tasks (that fit the budget) whose start times one step of `_nondelay_pass` compares, best tie first:
 #: a wide DAG keeps thousands ready (random 10,000-task graphs: minutes per pass without the cap)
 NONDELAY_SCAN = 16
+#: a deferred task (one that held memory at a dead end of an earlier pass) waits until it is this close to
+#: the first unissued task in the original order
+NONDELAY_DEFER_WINDOW = 20
+#: passes after the first that defer the tasks a dead end blamed (cumulative), before a soft limit is given up
+NONDELAY_RETRIES = 2
 #: fractions of the budget below which `nondelay_schedule` orders by start time alone (one pass each)
 NONDELAY_SOFT_LIMITS = (1.0, 0.95, 0.9, 0.8, 0.7, 0.6)
 #: the pass that keeps close to the original order: ties by original position, this far ahead at most
@@ -265,7 +300,11 @@ def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None
     prefers the tasks that add the fewest bytes net of what they free; one pass per soft limit in
     `NONDELAY_SOFT_LIMITS` (fractions of the budget), plus one that keeps close to the original
     order (ties by original position, at most `NONDELAY_ORIGINAL_WINDOW` tasks ahead: the original
-    order's memory behaviour with its idle time filled), and the fastest one within the budget wins. If
+    order's memory behaviour with its idle time filled), and the fastest one within the budget wins.
+    A pass that runs out of memory is retried (up to `NONDELAY_RETRIES` times) with the tasks its
+    dead ends blame held back to near their original place: those that filled idle time with
+    buffers nothing had read yet (on FSDP, parameter casts for all-gathers the collective order
+    keeps back). If
     none holds it, `list_schedule` (whose fallbacks hold the budget whenever the original order does)
     is returned as "nondelay[list]". ``method`` is "nondelay".
     """
@@ -277,7 +316,13 @@ def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None
     passes = [(fraction, None, None) for fraction in NONDELAY_SOFT_LIMITS]
     passes.append((1.0, range(problem.num_tasks), NONDELAY_ORIGINAL_WINDOW))
     for fraction, base, window in passes:
-        schedule, over = _nondelay_pass(problem, ranks, budget, int(budget * fraction), base, window)
+        deferred: frozenset[int] = frozenset()
+        for _ in range(1 + NONDELAY_RETRIES):
+            schedule, over, culprits = _nondelay_pass(problem, ranks, budget, int(budget * fraction), base, window,
+                                                      deferred)
+            if not over or culprits <= deferred:
+                break
+            deferred |= culprits
         if over:
             continue
         sim = simulate(problem, schedule)

@@ -158,6 +158,48 @@ def test_nondelay_drains_memory_before_it_runs_out():
     assert s.method == "nondelay" and s.order == (0, 2, 1, 3) and r.makespan == 40
 
 
+def test_nondelay_defers_the_fillers_a_dead_end_blames(monkeypatch):
+    # b1 -> B1(40) -> b2 -> B2(40) -> d <- A(50) <- a; budget 100. By rank a (100 + d) goes first, then b1
+    # (90 B live) and b2 would need 130: stuck, with A and B1 allocated and unread. The retry holds
+    # a and b1 back until they are at most NONDELAY_DEFER_WINDOW (0 here) past the first unissued
+    # task of the original order: b1, b2 (80 B, then B1 freed), a (90 B), d (91 B).
+    import solvercast.heuristics.list_scheduling as ls
+
+    tasks = (Task("b1", C, 10), Task("b2", C, 10), Task("a", C, 100), Task("d", C, 10))
+    bufs = (Buffer("B1", 40, 0, (1,)), Buffer("B2", 40, 1, (3,)), Buffer("A", 50, 2, (3,)),
+            Buffer("D", 1, 3, (), is_output=True))
+    p = Problem(tasks, ((0, 1), (1, 3), (2, 3)), bufs)
+    ranks = upward_ranks(p)
+    assert ranks[2] > ranks[0]
+    schedule, over, culprits = ls._nondelay_pass(p, ranks, 100, 100)
+    assert over and schedule.order[:2] == (2, 0) and culprits == {0, 2}
+    monkeypatch.setattr(ls, "NONDELAY_DEFER_WINDOW", 0)
+    schedule, over, _ = ls._nondelay_pass(p, ranks, 100, 100, deferred=frozenset(culprits))
+    assert not over and schedule.order == (0, 1, 2, 3)
+    assert validate(p, schedule, memory_budget=100).peak_memory == 91
+    # held-back tasks are still issued when nothing else fits: deferring everything changes nothing
+    assert ls._nondelay_pass(p, ranks, 100, 100, deferred=frozenset(range(4)))[0].order == (0, 1, 2, 3)
+
+
+def test_nondelay_retry_gets_past_the_fsdp_dead_end():
+    # FSDP at a budget of the original peak: filling idle time casts parameters for all-gathers that
+    # the collective order keeps back (and the loss), and the pass runs out of memory at the turn to
+    # the backward. Deferring what the dead end blames holds the budget in the next pass.
+    from solvercast.extract import extract_problem
+    from solvercast.heuristics.list_scheduling import _nondelay_pass
+    from solvercast.models import build
+
+    p = extract_problem(build("fsdp_layers", layers=3))
+    budget = simulated_peak(p, Schedule.original(p))
+    ranks = upward_ranks(p)
+    _, over, culprits = _nondelay_pass(p, ranks, budget, budget)
+    assert over and culprits
+    assert all(p.tasks[t].role == C and p.allocated_bytes[t] for t in culprits)
+    schedule, over, _ = _nondelay_pass(p, ranks, budget, budget, deferred=frozenset(culprits))
+    assert not over
+    assert validate(p, schedule, memory_budget=budget).makespan < simulate(p, Schedule.original(p)).makespan
+
+
 def test_list_schedule_by_rank_and_memory():
     """No budget: p, r (70 > 50), q, s; r runs while P is alive: 100 + 100 = 200.
     Budget 150: after p (100 resident) r would need 200 > 150 but q fits (101), so q goes first,
