@@ -93,3 +93,23 @@ def test_without_hint_and_without_time_there_is_no_disguised_answer():
         assert res.status == SolveStatus.NO_SOLUTION and "found no schedule" in res.message
     else:  # it did find one that fast: then it must be valid
         validate(p, res.schedule, memory_budget=lower_bounds(p).memory + 1)
+
+
+def test_the_kept_solution_that_simulates_best_is_returned():
+    """With several streams the model is not the simulator: of the solutions CP-SAT reports, the one
+    `validate` accepts with the lowest simulated makespan wins, whichever came last. Candidates here:
+    the original order (valid, slow), an unbudgeted nondelay order (faster, over the budget), the best
+    heuristic within the budget (valid, faster than the original)."""
+    from solvercast.heuristics import nondelay_schedule
+    from solvercast.solvers.cpsat import _best_valid
+
+    p = random_problem(0, 12, sync_overhead=3)
+    original = Schedule.original(p)
+    budget = simulate(p, original).peak_memory
+    over, fits = nondelay_schedule(p, None), best_heuristic(p, budget)
+    assert simulate(p, over).peak_memory > budget
+    assert simulate(p, fits).makespan < simulate(p, original).makespan
+    best, sim, errors = _best_valid(p, [original, over, fits], budget, left_shift=False)
+    assert best is fits and sim.makespan == simulate(p, fits).makespan
+    assert list(errors) == [1] and "exceeds the budget" in str(errors[1])
+    assert _best_valid(p, [over], budget, left_shift=False)[0] is None

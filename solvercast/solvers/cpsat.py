@@ -572,8 +572,8 @@ def _check_hint(model: _Model) -> None:
 
 class _Solutions(cp_model.CpSolverSolutionCallback):
     """Reports each improving solution, and with several compute streams keeps
-    their schedules: re-simulation may push the last one over the budget (memory
-    is judged over time there), and an earlier one may still hold it."""
+    their schedules for `_best_valid`: re-simulation may push the last one over
+    the budget (memory is judged over time there), or time an earlier one faster."""
 
     def __init__(self, model: _Model, say: Callable[[str], None] | None, factor: int, keep: bool):
         super().__init__()
@@ -591,6 +591,24 @@ class _Solutions(cp_model.CpSolverSolutionCallback):
 def _potential(sim: SimResult, left_shift: bool) -> tuple[int, ...]:
     """What a solution must lower to replace the hint: the makespan, then (left_shift) the sum of starts."""
     return (sim.makespan, sum(sim.start)) if left_shift else (sim.makespan,)
+
+
+def _best_valid(problem: Problem, candidates: list[Schedule], budget: int | None, left_shift: bool,
+                ) -> tuple[Schedule | None, SimResult | None, dict[int, InvalidScheduleError]]:
+    """The candidate that `validate` accepts with the lowest `_potential` (first wins ties), its
+    simulation, and the errors of the rejected ones by index. With several streams the model's times
+    and memory are not the simulator's: the final solution may break the budget, and an earlier one
+    may simulate faster."""
+    best, best_sim, errors = None, None, {}
+    for i, candidate in enumerate(candidates):
+        try:
+            sim = validate(problem, candidate, memory_budget=budget)
+        except InvalidScheduleError as e:  # the model and the simulator disagree on this one
+            errors[i] = e
+            continue
+        if best_sim is None or _potential(sim, left_shift) < _potential(best_sim, left_shift):
+            best, best_sim = candidate, sim
+    return best, best_sim, errors
 
 
 def solve_cpsat(
@@ -721,22 +739,15 @@ def solve_cpsat(
 
     final = model.extract(solver)
     objective = int(solver.Value(model.makespan)) * factor
-    schedule, sim, rejected = None, None, None
-    for candidate in [final] + callback.schedules[::-1]:  # the final solution first, then earlier ones
-        try:
-            sim = validate(problem, candidate, memory_budget=budget)
-            schedule = candidate
-            break
-        except InvalidScheduleError as e:  # the model and the simulator disagree on this one
-            rejected = rejected or e
+    schedule, sim, errors = _best_valid(problem, [final] + callback.schedules[::-1], budget, left_shift)
     if schedule is None:
         if hint is None:
-            raise rejected
+            raise errors[0]
         return SolveResult(hint, SolveStatus.HINT_KEPT, hint_sim, objective, bound, wall, name,
-                           f"CP-SAT's schedule failed validation ({rejected}); kept the warm start", stats)
+                           f"CP-SAT's schedule failed validation ({errors[0]}); kept the warm start", stats)
     if schedule is not final:
         status = cp_model.FEASIBLE  # an earlier solution: no longer the proven optimum
-        stats["fell_back_to_earlier_solution"] = str(rejected)
+        stats["earlier_solution"] = f"the final one: {errors[0]}" if 0 in errors else "the final one simulated slower"
     if hint_sim is not None and _potential(sim, left_shift) >= _potential(hint_sim, left_shift):
         msg = "CP-SAT proved the warm start optimal" if status == cp_model.OPTIMAL and exact else \
             "CP-SAT found nothing better than the warm start"
