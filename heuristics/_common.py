@@ -15,11 +15,14 @@ Conventions every heuristic follows:
 * Memory is tracked in program order, as `memory_profile` counts it. With one
   compute stream that is the simulated peak; with several, `simulate` counts
   buffers over time instead, so the program-order count only guides the
-  greedy choices and every result is checked with `simulated_peak`.
+  greedy choices and every result is checked with `simulated_peak`
+  (`nondelay_schedule` also tracks memory over time, `TimeMemory`, and places
+  only what fits there).
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Iterable, Sequence
@@ -292,6 +295,67 @@ class _ListMemory:
                 self.pot_free[u] += self.size[k]
                 grew.append(u)
         return grew
+
+
+class TimeMemory:
+    """Resident bytes over time while a list schedule with several compute
+    streams is built, by the rule of `simulate.memory_over_time`: a buffer lives
+    from its producer's start to the end of the last of its holders (at least
+    one time unit); until its last holder is placed it lives on. ``timeline``
+    gives the times of the placed tasks; `place` must follow each
+    ``timeline.place``. Placing only tasks that `fits` keeps the whole curve
+    within the budget, since frees placed later only lower it."""
+
+    def __init__(self, problem: Problem, timeline: Timeline):
+        n = problem.num_tasks
+        self.timeline = timeline
+        self.alloc = list(problem.allocated_bytes)
+        self.total = problem.initial_resident_bytes  # once every event so far has happened
+        self.events: list[tuple[int, int]] = []  # (time, +size / -size), sorted: frees first at a time
+        self.produced: list[list[int]] = [[] for _ in range(n)]
+        self.touches: list[list[int]] = [[] for _ in range(n)]
+        self.remaining: list[set[int]] = []
+        self.buffers: list[tuple[int, int | None, tuple[int, ...]]] = []  # (size, producer, holders)
+        for b, buf in enumerate(problem.buffers):
+            users = problem.buffer_users[b]
+            if buf.is_input and not (buf.freeable and users):
+                continue
+            if not buf.is_input:
+                self.produced[buf.producer].append(buf.size)
+            if buf.is_output:
+                continue
+            holders = tuple(users) + ((buf.producer,) if buf.producer is not None else ())
+            for h in holders:
+                self.touches[h].append(len(self.buffers))
+            self.remaining.append(set(holders))
+            self.buffers.append((buf.size, buf.producer, tuple(users)))
+
+    def peak_from(self, time: int) -> int:
+        """The most bytes resident at any time from ``time`` on (buffers still open count to the end)."""
+        tail = self.events[bisect.bisect_right(self.events, (time, math.inf)):]
+        resident = self.total - sum(d for _, d in tail)
+        peak = resident
+        for _, d in tail:
+            resident += d
+            if resident > peak:
+                peak = resident
+        return peak
+
+    def place(self, t: int) -> None:
+        start, end = self.timeline.start, self.timeline.end
+        for size in self.produced[t]:
+            bisect.insort(self.events, (start[t], size))
+            self.total += size
+        for k in self.touches[t]:
+            rem = self.remaining[k]
+            rem.discard(t)
+            if not rem:
+                size, producer, users = self.buffers[k]
+                free = max((end[u] for u in users), default=0)
+                if producer is not None:
+                    free = max(free, start[producer] + 1, end[producer])
+                bisect.insort(self.events, (free, -size))
+                self.total -= size
 
 
 class ReadySet:

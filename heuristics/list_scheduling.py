@@ -25,7 +25,7 @@ from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 from solvercast.simulate import simulate
 
-from ._common import (ReadySet, Timeline, best_by_peak, comm_chain, held_budget, mark_over_budget, renamed,
+from ._common import (ReadySet, Timeline, TimeMemory, best_by_peak, comm_chain, held_budget, mark_over_budget, renamed,
                       resolve_budget, simulated_peak)
 
 
@@ -178,6 +178,8 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
     anywhere = 0  # ready tasks that may start before the default stream is free (another stream)
     single = problem.machine.compute_streams == 1
 
+    # several compute streams: memory is judged over time (simulate's rule), program order only guides
+    over_time = TimeMemory(problem, timeline) if mem is not None and not single else None
     queued = [False] * n
     largest = max(mem.alloc, default=0) if mem is not None else 0
 
@@ -207,7 +209,7 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
         best = None
         floor = timeline.stream_free[0] if anywhere == 0 else min(timeline.stream_free)
         # the scan may stop early only while no task can cross the soft limit (all "grows" are 0)
-        can_stop = mem is None or mem.cur + largest <= soft
+        can_stop = mem is None or (mem.cur if over_time is None else over_time.peak_from(floor)) + largest <= soft
         timed = 0
         stop_after = None
         for tie_t, t in queue:
@@ -217,18 +219,25 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
                 continue
             if hold_back and t in deferred and pos[t] > frontier + NONDELAY_DEFER_WINDOW:
                 continue
-            grows = 0
-            if mem is not None:
-                if mem.cur + mem.alloc[t] > budget:
-                    continue
-                if mem.cur + mem.alloc[t] > soft:
-                    grows = 1 + mem.alloc[t] - mem.pot_free[t]  # over the soft limit: drain first
+            if over_time is None and mem is not None and mem.cur + mem.alloc[t] > budget:
+                continue
             timed += 1
             if timed > NONDELAY_SCAN:
                 break
             for s in allowed[t]:
                 # a collective competes for the default stream with its launch point
                 start = timeline.launch_time(t) if t in wait_of else timeline.start_on(t, s)
+                grows = 0
+                if mem is not None:
+                    if over_time is None:
+                        resident = mem.cur + mem.alloc[t]
+                    else:  # what is resident from when its buffers are born (a collective's: its start)
+                        born = timeline.start_on(t, s) if t in wait_of else start
+                        resident = over_time.peak_from(born) + mem.alloc[t]
+                        if resident > budget:
+                            continue
+                    if resident > soft:
+                        grows = 1 + mem.alloc[t] - mem.pot_free[t]  # over the soft limit: drain first
                 key = (grows, start, tie[t], s != default[t], s, t)
                 if best is None or key < best[0]:
                     best = (key, t, s)
@@ -270,6 +279,8 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
         else:
             timeline.place(t, s)
             streams[t] = s
+        if over_time is not None:
+            over_time.place(t)
     return Schedule(order=tuple(ready.order), streams=streams, method="nondelay"), over, culprits
 
 
@@ -295,7 +306,9 @@ def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None
     collectives are launched as soon as their inputs are ready (their launch point competes for
     the default stream like any task). Views are issued as soon as they are ready.
 
-    Memory: a task whose allocation would exceed the budget is passed over. Issuing by start time
+    Memory: a task whose allocation would exceed the budget is passed over (with several compute
+    streams, the budget over time from when its buffers are born, as `simulate` counts memory
+    there: `TimeMemory`; a stream on which it would not fit is passed over). Issuing by start time
     alone fills memory with half-finished branches until nothing fits, so above a soft limit the pass
     prefers the tasks that add the fewest bytes net of what they free; one pass per soft limit in
     `NONDELAY_SOFT_LIMITS` (fractions of the budget), plus one that keeps close to the original

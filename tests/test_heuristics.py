@@ -291,6 +291,48 @@ def test_timeline_replays_exactly_like_simulate(seed, n, streams, sync):
     assert simulated_peak(p, schedule) == r.peak_memory
 
 
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 40), streams=st.integers(2, 3), sync=st.sampled_from([0, 7]))
+def test_memory_over_time_grows_with_the_schedule_like_simulate(seed, n, streams, sync):
+    """TimeMemory, fed task by task, ends with simulate's time-based curve: the same peak, and the same
+    most-resident-from-then-on at every task's start."""
+    from solvercast.heuristics._common import TimeMemory
+    from solvercast.simulate import memory_over_time
+
+    p = random_problem(seed, n, compute_streams=streams, sync_overhead=sync, free_fraction=0.2)
+    rng = random.Random(seed)
+    order = random_topological_order(p, rng)
+    stream_of = {t: rng.choice(list(p.allowed_streams(t))) for t in range(n)}
+    r = simulate(p, Schedule(order=order, streams=stream_of))
+    curve = memory_over_time(p, r.start, r.end)
+
+    def final_from(time):
+        before = [resident for at, resident in curve if at <= time]
+        return max([before[-1]] + [resident for at, resident in curve if at > time])
+
+    timeline = Timeline(p)
+    memory = TimeMemory(p, timeline)
+    for t in order:
+        timeline.place(t, stream_of[t])
+        memory.place(t)
+    assert memory.peak_from(-1) == r.peak_memory == max(resident for _, resident in curve)
+    assert all(memory.peak_from(r.start[t]) == final_from(r.start[t]) for t in range(n))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), n=st.integers(1, 40), streams=st.integers(2, 3),
+       fraction=st.sampled_from([0.3, 0.7, 1.0]))
+def test_a_nondelay_pass_that_never_got_stuck_holds_the_budget_over_time(seed, n, streams, fraction):
+    from solvercast.heuristics.list_scheduling import _nondelay_pass
+
+    p = random_problem(seed, n, compute_streams=streams, sync_overhead=7, sync_comm_fraction=0.1)
+    original_peak = simulate(p, Schedule.original(p)).peak_memory
+    budget = int(lower_bounds(p).memory + fraction * (original_peak - lower_bounds(p).memory))
+    schedule, over, _ = _nondelay_pass(p, upward_ranks(p), budget, budget)
+    if not over:
+        assert validate(p, schedule, memory_budget=budget).peak_memory <= budget
+
+
 # ---- random DAGs: validity and budgets --------------------------------------------------------------
 
 def all_heuristics(p, budget):
