@@ -297,21 +297,80 @@ class _ListMemory:
         return grew
 
 
+class _Curve:
+    """Memory changes over time, (time, +/- bytes) kept sorted (frees first at a time) in blocks, each
+    with its sum and its highest running sum, so that the most resident from a time on costs one block
+    plus one step per later block, whatever the number of changes."""
+
+    BLOCK = 64
+
+    def __init__(self, base: int):
+        self.total = base  # resident once every change has happened
+        self.blocks: list[list[tuple[int, int]]] = [[]]
+        self.sums = [0]
+        self.highs = [0]  # highest running sum within the block, from its start (0 if never above)
+
+    def _summarize(self, i: int) -> None:
+        running = high = 0
+        for _, d in self.blocks[i]:
+            running += d
+            if running > high:
+                high = running
+        self.sums[i], self.highs[i] = running, high
+
+    def add(self, time: int, delta: int) -> None:
+        blocks = self.blocks
+        i = len(blocks) - 1
+        while i > 0 and (time, delta) < blocks[i][0]:
+            i -= 1  # changes come mostly near the end of the curve: walk back from there
+        bisect.insort(blocks[i], (time, delta))
+        self.total += delta
+        if len(blocks[i]) > 2 * self.BLOCK:
+            half = len(blocks[i]) // 2
+            blocks[i:i + 1] = [blocks[i][:half], blocks[i][half:]]
+            self.sums[i:i + 1] = [0, 0]
+            self.highs[i:i + 1] = [0, 0]
+            self._summarize(i + 1)
+        self._summarize(i)
+
+    def peak_from(self, time: int) -> int:
+        """The most bytes resident at any time from ``time`` on."""
+        blocks = self.blocks
+        i = len(blocks) - 1
+        after = 0  # sum of the changes after ``time``
+        while i > 0 and blocks[i][0][0] > time:
+            after += self.sums[i]
+            i -= 1
+        block = blocks[i]
+        cut = bisect.bisect_right(block, (time, math.inf))
+        partial = block[cut:]
+        after += sum(d for _, d in partial)
+        running = peak = self.total - after
+        for _, d in partial:
+            running += d
+            if running > peak:
+                peak = running
+        for j in range(i + 1, len(blocks)):
+            if running + self.highs[j] > peak:
+                peak = running + self.highs[j]
+            running += self.sums[j]
+        return peak
+
+
 class TimeMemory:
     """Resident bytes over time while a list schedule with several compute
     streams is built, by the rule of `simulate.memory_over_time`: a buffer lives
     from its producer's start to the end of the last of its holders (at least
     one time unit); until its last holder is placed it lives on. ``timeline``
     gives the times of the placed tasks; `place` must follow each
-    ``timeline.place``. Placing only tasks that `fits` keeps the whole curve
-    within the budget, since frees placed later only lower it."""
+    ``timeline.place``. Placing only tasks that fit from their start on
+    (`peak_from`) keeps the whole curve within the budget, since frees placed
+    later only lower it."""
 
     def __init__(self, problem: Problem, timeline: Timeline):
         n = problem.num_tasks
         self.timeline = timeline
-        self.alloc = list(problem.allocated_bytes)
-        self.total = problem.initial_resident_bytes  # once every event so far has happened
-        self.events: list[tuple[int, int]] = []  # (time, +size / -size), sorted: frees first at a time
+        self.curve = _Curve(problem.initial_resident_bytes)
         self.produced: list[list[int]] = [[] for _ in range(n)]
         self.touches: list[list[int]] = [[] for _ in range(n)]
         self.remaining: list[set[int]] = []
@@ -332,20 +391,12 @@ class TimeMemory:
 
     def peak_from(self, time: int) -> int:
         """The most bytes resident at any time from ``time`` on (buffers still open count to the end)."""
-        tail = self.events[bisect.bisect_right(self.events, (time, math.inf)):]
-        resident = self.total - sum(d for _, d in tail)
-        peak = resident
-        for _, d in tail:
-            resident += d
-            if resident > peak:
-                peak = resident
-        return peak
+        return self.curve.peak_from(time)
 
     def place(self, t: int) -> None:
         start, end = self.timeline.start, self.timeline.end
         for size in self.produced[t]:
-            bisect.insort(self.events, (start[t], size))
-            self.total += size
+            self.curve.add(start[t], size)
         for k in self.touches[t]:
             rem = self.remaining[k]
             rem.discard(t)
@@ -354,8 +405,7 @@ class TimeMemory:
                 free = max((end[u] for u in users), default=0)
                 if producer is not None:
                     free = max(free, start[producer] + 1, end[producer])
-                bisect.insort(self.events, (free, -size))
-                self.total -= size
+                self.curve.add(free, -size)
 
 
 class ReadySet:

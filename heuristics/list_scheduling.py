@@ -212,6 +212,7 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
         can_stop = mem is None or (mem.cur if over_time is None else over_time.peak_from(floor)) + largest <= soft
         timed = 0
         stop_after = None
+        levels: dict[int, int] = {}
         for tie_t, t in queue:
             if stop_after is not None and tie_t > stop_after:
                 break  # everything from here on ties worse and can start no sooner
@@ -233,7 +234,9 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
                         resident = mem.cur + mem.alloc[t]
                     else:  # what is resident from when its buffers are born (a collective's: its start)
                         born = timeline.start_on(t, s) if t in wait_of else start
-                        resident = over_time.peak_from(born) + mem.alloc[t]
+                        if born not in levels:  # many candidates start when a stream is free
+                            levels[born] = over_time.peak_from(born)
+                        resident = levels[born] + mem.alloc[t]
                         if resident > budget:
                             continue
                     if resident > soft:
@@ -311,7 +314,8 @@ def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None
     there: `TimeMemory`; a stream on which it would not fit is passed over). Issuing by start time
     alone fills memory with half-finished branches until nothing fits, so above a soft limit the pass
     prefers the tasks that add the fewest bytes net of what they free; one pass per soft limit in
-    `NONDELAY_SOFT_LIMITS` (fractions of the budget), plus one that keeps close to the original
+    `NONDELAY_SOFT_LIMITS` (fractions of the budget; with several compute streams the first two),
+    plus one that keeps close to the original
     order (ties by original position, at most `NONDELAY_ORIGINAL_WINDOW` tasks ahead: the original
     order's memory behaviour with its idle time filled), and the fastest one within the budget wins.
     A pass that runs out of memory is retried (up to `NONDELAY_RETRIES` times) with the tasks its
@@ -326,7 +330,10 @@ def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None
     if budget is None:
         return _nondelay_pass(problem, ranks, None, None)[0]
     best = None
-    passes = [(fraction, None, None) for fraction in NONDELAY_SOFT_LIMITS]
+    # with several compute streams a pass costs several times more (occupancy fitting, memory over
+    # time), and soft limits below 0.95 gained nothing where measured (random and zoo graphs, 2 streams)
+    limits = NONDELAY_SOFT_LIMITS if problem.machine.compute_streams == 1 else NONDELAY_SOFT_LIMITS[:2]
+    passes = [(fraction, None, None) for fraction in limits]
     passes.append((1.0, range(problem.num_tasks), NONDELAY_ORIGINAL_WINDOW))
     for fraction, base, window in passes:
         deferred: frozenset[int] = frozenset()

@@ -14,6 +14,9 @@ Memory follows the caching allocator as the host sees it (see `memory_profile`).
 
 from __future__ import annotations
 
+import bisect
+import itertools
+
 from dataclasses import dataclass
 
 from solvercast.errors import InvalidScheduleError
@@ -113,14 +116,36 @@ def _time_peak(problem: Problem, start, end) -> int:
 
 
 def _earliest_fit(active: list[tuple[int, int, float]], est: int, duration: int, occupancy: float) -> int:
-    """Earliest t >= est at which a task of this occupancy fits under total 1."""
-    candidates = sorted({est} | {e for _, e, _ in active if e > est})
-    for t in candidates:
-        # load is piecewise constant; check it at every breakpoint inside [t, t + duration)
-        points = [t] + [s for s, _, _ in active if t < s < t + duration]
-        if all(sum(o for s, e, o in active if s <= p < e) + occupancy <= 1.0 + _OCCUPANCY_SLACK for p in points):
+    """Earliest t >= est at which a task of this occupancy fits under total 1 for [t, t + duration):
+    the first of est and the ends of active intervals after it that fits. The load is piecewise
+    constant between interval bounds, so one sorted sweep finds it; a candidate blocked by a segment
+    hands over to the first candidate at or after that segment's end (any earlier one overlaps it too)."""
+    active = [iv for iv in active if iv[1] > est]  # the others end before any window can begin
+    # first try est itself, against the few intervals its window meets
+    meets = [iv for iv in active if iv[0] < est + duration]
+    if all(sum(o for s, e, o in meets if s <= p < e) + occupancy <= 1.0 + _OCCUPANCY_SLACK
+           for p in [est] + [s for s, _, _ in meets if s > est]):
+        return est
+    change: dict[int, float] = {}
+    for s, e, o in active:
+        change[s] = change.get(s, 0.0) + o
+        change[e] = change.get(e, 0.0) - o
+    bounds = sorted(change)
+    loads = list(itertools.accumulate(change[x] for x in bounds))  # load on [bounds[j], bounds[j + 1])
+    candidates = sorted({est} | {e for _, e, _ in active})
+    k = 0
+    while True:
+        t = candidates[k]
+        j = max(0, bisect.bisect_right(bounds, t) - 1)  # the segment holding t, or the first one
+        blocked_until = None
+        while j + 1 < len(bounds) and bounds[j] < t + duration:  # the last segment is empty
+            if loads[j] + occupancy > 1.0 + _OCCUPANCY_SLACK:
+                blocked_until = bounds[j + 1]
+                break
+            j += 1
+        if blocked_until is None:
             return t
-    raise AssertionError("unreachable: the last candidate is after every active task")
+        k = bisect.bisect_left(candidates, blocked_until, k + 1)
 
 
 def simulate(problem: Problem, schedule: Schedule) -> SimResult:

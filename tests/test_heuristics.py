@@ -510,3 +510,24 @@ def test_comm_priority_never_slower_than_original_on_zoo_models(name):
         pytest.skip(f"model {name!r} not in solvercast.models yet")
     p = zoo_problem(name)
     assert simulate(p, comm_priority_schedule(p)).makespan <= simulate(p, Schedule.original(p)).makespan
+
+
+@settings(max_examples=100, deadline=None)
+@given(changes=st.lists(st.tuples(st.integers(0, 50), st.integers(-100, 100)), max_size=60),
+       queries=st.lists(st.integers(-1, 55), min_size=1, max_size=5), block=st.sampled_from([1, 2, 3, 64]))
+def test_memory_curve_in_blocks_answers_like_a_full_sweep(changes, queries, block):
+    """_Curve (sorted blocks with sums and highs) against summing the sorted changes from scratch."""
+    from solvercast.heuristics._common import _Curve
+
+    curve = type("SmallBlocks", (_Curve,), {"BLOCK": block})(1000)
+    for k, (time, delta) in enumerate(changes):
+        curve.add(time, delta)
+        done = sorted(changes[:k + 1])
+        for q in queries:
+            resident = 1000 + sum(d for t, d in done if t <= q)
+            running, peak = resident, resident
+            for t, d in done:
+                if t > q:
+                    running += d
+                    peak = max(peak, running)
+            assert curve.peak_from(q) == peak

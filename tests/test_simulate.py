@@ -196,3 +196,24 @@ def test_plotted_memory_curve_peaks_at_the_reported_peak(streams):
         times, resident = memory_curve(p, r)
         assert max(resident) == r.peak_memory
         assert times == sorted(times)
+
+
+@settings(max_examples=300, deadline=None)
+@given(intervals=st.lists(st.tuples(st.integers(0, 30), st.integers(1, 15),
+                                    st.sampled_from([0.05, 0.1, 0.12121212121212122, 0.25, 1 / 3, 0.5, 1.0])),
+                          max_size=8),
+       est=st.integers(0, 30), duration=st.integers(1, 12),
+       occupancy=st.sampled_from([0.05, 0.12121212121212122, 1 / 3, 0.5, 1.0]))
+def test_earliest_fit_is_the_first_candidate_whose_window_fits(intervals, est, duration, occupancy):
+    """The sweep against its definition: the first of est and the later interval ends at which the load,
+    summed afresh at the window's start and at every interval start inside the window, leaves room."""
+    from solvercast.simulate import _OCCUPANCY_SLACK, _earliest_fit
+
+    active = [(s, s + length, o) for s, length, o in intervals]
+
+    def fits(t):
+        points = [t] + [s for s, _, _ in active if t < s < t + duration]
+        return all(sum(o for s, e, o in active if s <= p < e) + occupancy <= 1.0 + _OCCUPANCY_SLACK for p in points)
+
+    expected = next(t for t in sorted({est} | {e for _, e, _ in active if e > est}) if fits(t))
+    assert _earliest_fit(active, est, duration, occupancy) == expected
