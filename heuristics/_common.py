@@ -299,8 +299,8 @@ class _ListMemory:
 
 class _Curve:
     """Memory changes over time, (time, +/- bytes) kept sorted (frees first at a time) in blocks, each
-    with its sum and its highest running sum, so that the most resident from a time on costs one block
-    plus one step per later block, whatever the number of changes."""
+    with its sum and its highest running sum: the most resident from a time on costs a walk over the
+    later blocks plus one block, O(changes / BLOCK + BLOCK) instead of O(changes)."""
 
     BLOCK = 64
 
@@ -375,14 +375,15 @@ class TimeMemory:
         self.touches: list[list[int]] = [[] for _ in range(n)]
         self.remaining: list[set[int]] = []
         self.buffers: list[tuple[int, int | None, tuple[int, ...]]] = []  # (size, producer, holders)
-        for b, buf in enumerate(problem.buffers):
+        for b, buf in enumerate(problem.buffers):  # the cases of `memory_over_time`, in its order
             users = problem.buffer_users[b]
-            if buf.is_input and not (buf.freeable and users):
-                continue
-            if not buf.is_input:
+            if buf.is_input:
+                if not (buf.freeable and users):
+                    continue  # resident throughout (or never)
+            else:
                 self.produced[buf.producer].append(buf.size)
-            if buf.is_output:
-                continue
+                if buf.is_output:
+                    continue
             holders = tuple(users) + ((buf.producer,) if buf.producer is not None else ())
             for h in holders:
                 self.touches[h].append(len(self.buffers))

@@ -127,9 +127,11 @@ def list_schedule(problem: Problem, memory_budget: int | float | None = None) ->
 
 def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft: int | None,
                    base: Sequence[int] | None = None, window: int | None = None,
-                   deferred: frozenset[int] = frozenset()) -> tuple[Schedule, bool, set[int]]:
+                   deferred: frozenset[int] = frozenset()) -> tuple[Schedule | None, bool, set[int]]:
     """One earliest-start pass (see `nondelay_schedule`); returns the schedule, whether it broke the
-    budget, and the tasks to defer next time. Below ``soft`` bytes it goes by start time; above it,
+    budget, and the tasks to defer next time. With several compute streams a pass that runs out of
+    memory stops there and returns no schedule; with one it goes on, forcing the task that frees the
+    most, so that its later dead ends are blamed too (on FSDP each layer has one). Below ``soft`` bytes it goes by start time; above it,
     by the bytes a task adds (net of what it frees), so that memory drains before it runs out. Ties
     go by upward rank, or with a ``base`` order by position in it, and then only tasks at most
     ``window`` positions past the first unissued one are eligible (the base order's memory
@@ -211,7 +213,7 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
         floor = timeline.stream_free[0] if anywhere == 0 else min(timeline.stream_free)
         # the scan may stop early only while no task can cross the soft limit (all "grows" are 0)
         can_stop = mem is None or (mem.cur if over_time is None else over_time.peak_from(floor)) + largest <= soft
-        timed = 0
+        timed = examined = 0
         stop_after = None
         levels: dict[int, int] = {}
         for tie_t, t in queue:
@@ -223,9 +225,10 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
                 continue
             if over_time is None and mem is not None and mem.cur + mem.alloc[t] > budget:
                 continue
-            timed += 1
-            if timed > NONDELAY_SCAN:
+            if timed == NONDELAY_SCAN or examined == NONDELAY_EXAMINE:
                 break
+            examined += 1
+            fitted = False
             for s in allowed[t]:
                 # a collective competes for the default stream with its launch point
                 start = timeline.launch_time(t) if t in wait_of else timeline.start_on(t, s)
@@ -242,9 +245,11 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
                             continue
                     if resident > soft:
                         grows = 1 + mem.alloc[t] - mem.pot_free[t]  # over the soft limit: drain first
+                fitted = True
                 key = (grows, start, tie[t], s != default[t], s, t)
                 if best is None or key < best[0]:
                     best = (key, t, s)
+            timed += fitted
             if can_stop and stop_after is None and best is not None and best[0][1] <= floor:
                 stop_after = best[0][2]  # only tasks with the same tie can still win (stream, id)
         return best
@@ -262,6 +267,10 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
             if best is None:  # nothing fits: free the most; the caller retries or falls back
                 over = True
                 culprits.update(unread.values())
+                if over_time is not None:
+                    # the pass is lost; over time the forced task's buffers stay open to the end, so
+                    # every later step would be a dead end too, each slower than the last
+                    return None, True, culprits
                 t = min((u for _, u in queue), key=lambda u: (mem.alloc[u] - mem.pot_free[u], -ranks[u], u))
                 s = default[t]
             else:
@@ -291,6 +300,9 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
 #: ready tasks (that fit the budget) whose start times one step of `_nondelay_pass` compares, best tie first:
 #: a wide DAG keeps thousands ready (random 10,000-task graphs: minutes per pass without the cap)
 NONDELAY_SCAN = 16
+#: with several compute streams, whether a task fits is found per stream, after its start times are computed:
+#: at most this many ready tasks are examined per step, fitting or not (bounds the cost when few fit)
+NONDELAY_EXAMINE = 64
 #: a deferred task (one that held memory at a dead end of an earlier pass) waits until it is this close to
 #: the first unissued task in the original order
 NONDELAY_DEFER_WINDOW = 20

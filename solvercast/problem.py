@@ -159,6 +159,9 @@ class Problem:
                     raise InvalidProblemError(f"buffer {buf.name!r} names task {t} outside 0..{n - 1}")
             if buf.producer is not None and any(u < buf.producer for u in buf.users):
                 raise InvalidProblemError(f"buffer {buf.name!r} is used by a task before its producer")
+            if buf.producer is not None and buf.size and self.tasks[buf.producer].role in (Role.FREE, Role.WAIT):
+                raise InvalidProblemError(f"buffer {buf.name!r}: a {self.tasks[buf.producer].role.value} task "
+                                          f"({self.tasks[buf.producer].name!r}) allocates nothing, got {buf.size} B")
 
     # ---- derived lookups (built once, on first use) ---------------------------------
     @property

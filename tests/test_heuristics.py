@@ -181,6 +181,25 @@ def test_nondelay_defers_the_fillers_a_dead_end_blames(monkeypatch):
     assert ls._nondelay_pass(p, ranks, 100, 100, deferred=frozenset(range(4)))[0].order == (0, 1, 2, 3)
 
 
+@pytest.mark.parametrize("streams", [1, 2])
+def test_nondelay_scan_counts_only_tasks_that_fit(streams):
+    """x holds X (100 B) until z; NONDELAY_SCAN + 1 tasks of 100 B outrank s (1 B), s -> z; budget 150.
+    None of the big ones fits next to X, s does: the scan must reach it however many it passes over
+    (with several streams whether a task fits is decided per stream, after it was counted)."""
+    from solvercast.heuristics.list_scheduling import NONDELAY_SCAN, _nondelay_pass
+
+    k = NONDELAY_SCAN + 1
+    tasks = [Task("x", C, 1)] + [Task(f"big{i}", C, 100) for i in range(k)] + [Task("s", C, 1), Task("z", C, 1)]
+    s_id, z_id = k + 1, k + 2
+    edges = [(0, i) for i in range(1, k + 1)] + [(0, s_id), (s_id, z_id)]
+    bufs = ([Buffer("X", 100, 0, (z_id,))] + [Buffer(f"B{i}", 100, i, ()) for i in range(1, k + 1)]
+            + [Buffer("S", 1, s_id, (z_id,)), Buffer("Z", 1, z_id, (), is_output=True)])
+    p = Problem(tuple(tasks), tuple(edges), tuple(bufs), Machine(compute_streams=streams))
+    schedule, over, _ = _nondelay_pass(p, upward_ranks(p), 150, 150)
+    assert not over and schedule.order[:3] == (0, s_id, z_id)
+    assert validate(p, schedule, memory_budget=150).peak_memory == 102
+
+
 def test_nondelay_retry_gets_past_the_fsdp_dead_end():
     # FSDP at a budget of the original peak: filling idle time casts parameters for all-gathers that
     # the collective order keeps back (and the loss), and the pass runs out of memory at the turn to
@@ -531,3 +550,20 @@ def test_memory_curve_in_blocks_answers_like_a_full_sweep(changes, queries, bloc
                     running += d
                     peak = max(peak, running)
             assert curve.peak_from(q) == peak
+
+
+def test_memory_over_time_frees_a_freeable_input_even_if_it_is_an_output():
+    """memory_over_time frees a freeable graph input after its last reader, output or not (the input
+    branch comes first); TimeMemory follows it: I (100 B) read by a (10 ns), A (5 B) an output."""
+    from solvercast.heuristics._common import TimeMemory
+    from solvercast.simulate import memory_over_time
+
+    p = Problem((Task("a", C, 10),), (), (Buffer("I", 100, None, (0,), is_output=True, freeable=True),
+                                          Buffer("A", 5, 0, (), is_output=True)),
+                machine=Machine(compute_streams=2))
+    timeline = Timeline(p)
+    memory = TimeMemory(p, timeline)
+    timeline.place(0, 0)
+    memory.place(0)
+    r = simulate(p, Schedule.original(p))
+    assert memory_over_time(p, r.start, r.end)[-1][1] == memory.peak_from(10) == 5

@@ -133,6 +133,9 @@ def test_problem_rejects_bad_construction():
         Task("w", W, 3, waits_for=0)
     with pytest.raises(InvalidProblemError, match="occupancy"):
         Task("a", C, 1, occupancy=0.0)
+    with pytest.raises(InvalidProblemError, match="allocates nothing"):  # a view is an alias, not a storage
+        Problem((Task("a", C, 1), Task("v", Role.FREE)), ((0, 1),), (Buffer("V", 100, 1, ()),))
+    Problem((Task("a", C, 1), Task("v", Role.FREE)), ((0, 1),), (Buffer("V", 0, 1, ()),))  # empty: fine
 
 
 def test_bounds_on_hand_built_graph():

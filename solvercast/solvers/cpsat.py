@@ -570,6 +570,10 @@ def _check_hint(model: _Model) -> None:
         raise AssertionError(f"hint is not a feasible point of the CP-SAT model ({checker.StatusName(status)})")
 
 
+#: with several streams, how many of the newest solutions CP-SAT reported are simulated to pick the best
+KEPT_SOLUTIONS_JUDGED = 32
+
+
 class _Solutions(cp_model.CpSolverSolutionCallback):
     """Reports each improving solution, and with several compute streams keeps
     their schedules for `_best_valid`: re-simulation may push the last one over
@@ -739,7 +743,9 @@ def solve_cpsat(
 
     final = model.extract(solver)
     objective = int(solver.Value(model.makespan)) * factor
-    schedule, sim, errors = _best_valid(problem, [final] + callback.schedules[::-1], budget, left_shift)
+    # the newest kept solutions, the final one's repeat left out: each costs a simulation
+    earlier = [c for c in callback.schedules[::-1][:KEPT_SOLUTIONS_JUDGED] if c != final]
+    schedule, sim, errors = _best_valid(problem, [final] + earlier, budget, left_shift)
     if schedule is None:
         if hint is None:
             raise errors[0]
