@@ -131,8 +131,10 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
     """One earliest-start pass (see `nondelay_schedule`); returns the schedule, whether it broke the
     budget, and the tasks to defer next time. With several compute streams a pass that runs out of
     memory stops there and returns no schedule; with one it goes on, forcing the task that frees the
-    most, so that its later dead ends are blamed too (on FSDP each layer has one). Below ``soft`` bytes it goes by start time; above it,
-    by the bytes a task adds (net of what it frees), so that memory drains before it runs out. Ties
+    most, so that its later dead ends are blamed too (on FSDP each layer has one).
+
+    Below ``soft`` bytes it goes by start time; above it, by the bytes a task adds (net of what it
+    frees), so that memory drains before it runs out. Ties
     go by upward rank, or with a ``base`` order by position in it, and then only tasks at most
     ``window`` positions past the first unissued one are eligible (the base order's memory
     behaviour, with idle time filled).
