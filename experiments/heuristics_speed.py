@@ -21,7 +21,7 @@ import time
 
 from solvercast import Schedule, lower_bounds, simulate, validate
 from solvercast.heuristics import (best_heuristic, comm_priority_schedule, iterative_swap, list_schedule,
-                                   nondelay_schedule, resolve_budget)
+                                   nondelay_schedule, budget_bytes)
 from solvercast.testing import random_problem
 
 
@@ -47,7 +47,7 @@ def timed(fn, repeat: int):
 
 def run(size: int, args) -> list[str]:
     p = random_problem(args.seed, size, compute_streams=args.compute_streams, sync_overhead=args.sync)
-    budget = resolve_budget(p, args.budget_ratio)
+    budget = budget_bytes(p, args.budget_ratio)
     original = simulate(p, Schedule.original(p))
     bound = lower_bounds(p).makespan
     cp = comm_priority_schedule(p, memory_budget=budget)

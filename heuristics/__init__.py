@@ -14,7 +14,7 @@ budget, each returns a schedule within it whenever the original order (for
 raises `InfeasibleBudgetError` (with ``best_peak`` and ``.schedule``) instead.
 """
 
-from ._common import OVER_BUDGET, Timeline, held_budget, resolve_budget
+from ._common import OVER_BUDGET, Timeline, held_budget, budget_bytes
 from .best import METHOD_ORDER, best_heuristic, run_heuristics
 from .comm_priority import comm_priority_schedule, comm_scores
 from .iterative_swap import SwapState, iterative_swap
@@ -22,6 +22,6 @@ from .list_scheduling import list_schedule, nondelay_schedule, upward_ranks
 
 __all__ = [
     "METHOD_ORDER", "OVER_BUDGET", "SwapState", "Timeline", "best_heuristic", "comm_priority_schedule",
-    "comm_scores", "held_budget", "iterative_swap", "list_schedule", "nondelay_schedule", "resolve_budget", "run_heuristics",
+    "comm_scores", "held_budget", "iterative_swap", "list_schedule", "nondelay_schedule", "budget_bytes", "run_heuristics",
     "upward_ranks",
 ]

@@ -27,6 +27,7 @@ import heapq
 import math
 from collections.abc import Iterable, Sequence
 
+from solvercast.budget import resolve_budget
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 from solvercast.simulate import _earliest_fit, _time_peak, memory_profile
@@ -51,24 +52,11 @@ def renamed(schedule: Schedule, method: str) -> Schedule:
     return Schedule(order=schedule.order, streams=schedule.streams, method=method)
 
 
-def resolve_budget(problem: Problem, memory_budget: int | float | None) -> int | None:
-    """Bytes of the budget a heuristic must hold.
-
-    ``None``: the machine's budget (which may be None: unconstrained). An int:
-    bytes. A float: a ratio of the original order's simulated peak (as
-    `optimize` takes it; 1.0 = never worse than the graph's own order).
-    """
-    if memory_budget is None:
-        return problem.machine.memory_budget
-    if isinstance(memory_budget, bool):
-        raise TypeError("memory_budget must be bytes (int), a ratio (float) or None, not a bool")
-    if isinstance(memory_budget, float):
-        if memory_budget <= 0:
-            raise ValueError(f"a memory_budget ratio must be > 0, got {memory_budget}")
-        return int(memory_budget * simulated_peak(problem, Schedule.original(problem)))
-    if int(memory_budget) != memory_budget or memory_budget < 0:
-        raise ValueError(f"memory_budget must be a non-negative number of bytes, got {memory_budget!r}")
-    return int(memory_budget)
+def budget_bytes(problem: Problem, memory_budget: int | float | None) -> int | None:
+    """The budget a heuristic must hold, by `solvercast.budget.resolve_budget` (None: the machine's
+    budget, which may be None: unconstrained; a float: a ratio of the original order's peak)."""
+    return resolve_budget(memory_budget, lambda: simulated_peak(problem, Schedule.original(problem)),
+                          default=problem.machine.memory_budget)
 
 
 def comm_chain(problem: Problem) -> dict[int, int]:

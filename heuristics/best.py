@@ -9,7 +9,7 @@ from solvercast.problem import Problem, format_bytes
 from solvercast.schedule import Schedule
 from solvercast.simulate import SimResult, validate
 
-from ._common import renamed, resolve_budget
+from ._common import renamed, budget_bytes
 from .comm_priority import comm_priority_schedule
 from .iterative_swap import iterative_swap
 from .list_scheduling import list_schedule, nondelay_schedule
@@ -45,7 +45,7 @@ def run_heuristics(problem: Problem, memory_budget: int | float | None = None) -
     given to each heuristic; whether a result is within it is left to the
     caller (see `best_heuristic`).
     """
-    budget = resolve_budget(problem, memory_budget)
+    budget = budget_bytes(problem, memory_budget)
     out: dict[str, tuple[Schedule, SimResult]] = {}
 
     def judge(name: str, schedule: Schedule) -> None:
@@ -80,7 +80,7 @@ def best_heuristic(problem: Problem, memory_budget: int | float | None = None) -
     schedule with that peak (ties by makespan, then method order), which a
     caller may still hand to a solver.
     """
-    budget = resolve_budget(problem, memory_budget)
+    budget = budget_bytes(problem, memory_budget)
     results = run_heuristics(problem, budget)
     order = {name: i for i, name in enumerate(METHOD_ORDER)}
     valid = [(r.makespan, r.peak_memory, order[name], name) for name, (_, r) in results.items()

@@ -25,7 +25,7 @@ import sys
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 
-from ._common import ReadySet, best_by_peak, renamed, resolve_budget, simulated_peak
+from ._common import ReadySet, best_by_peak, renamed, budget_bytes, simulated_peak
 
 
 def comm_scores(problem: Problem, raise_comms: bool = True, sink_waits: bool = True) -> list[tuple[int, int, int]]:
@@ -91,7 +91,7 @@ def comm_priority_schedule(problem: Problem, raise_comms: bool = True, sink_wait
     holds it; otherwise the lowest-peak attempt is returned with ``method``
     ending in ``"!over-budget"``.
     """
-    budget = resolve_budget(problem, memory_budget)
+    budget = budget_bytes(problem, memory_budget)
     name = _name(raise_comms, sink_waits, overlap)
     scores = comm_scores(problem, raise_comms, sink_waits)
     priority = sorted(range(problem.num_tasks), key=scores.__getitem__)

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 
-from ._common import OVER_BUDGET, compute_work, mark_over_budget, resolve_budget, simulated_peak
+from ._common import OVER_BUDGET, compute_work, mark_over_budget, budget_bytes, simulated_peak
 
 
 class LinkedOrder:
@@ -240,7 +240,7 @@ def iterative_swap(problem: Problem, schedule: Schedule, memory_budget: int | fl
     is used instead.
     """
     n = problem.num_tasks
-    budget = resolve_budget(problem, memory_budget)
+    budget = budget_bytes(problem, memory_budget)
     method = f"{schedule.method.removesuffix(OVER_BUDGET) or 'schedule'}+swap"
     if n == 0:
         return Schedule(order=(), streams=schedule.streams, method=method)

@@ -26,7 +26,7 @@ from solvercast.schedule import Schedule
 from solvercast.simulate import simulate
 
 from ._common import (ReadySet, Timeline, TimeMemory, best_by_peak, comm_chain, held_budget, mark_over_budget, renamed,
-                      resolve_budget, simulated_peak)
+                      budget_bytes, simulated_peak)
 
 
 def upward_ranks(problem: Problem) -> list[int]:
@@ -99,7 +99,7 @@ def list_schedule(problem: Problem, memory_budget: int | float | None = None) ->
     none does, the lowest-peak one is returned with ``method`` ending in
     ``"!over-budget"`` (see `held_budget`).
     """
-    budget = resolve_budget(problem, memory_budget)
+    budget = budget_bytes(problem, memory_budget)
     ranks = upward_ranks(problem)
     priority = sorted(range(problem.num_tasks), key=lambda t: (-ranks[t], t))
     schedule, over = _list_pass(problem, priority, budget, "list")
@@ -339,7 +339,7 @@ def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None
     `list_schedule` (whose fallbacks hold it whenever the original order does) is returned as
     "nondelay[list]". ``method`` is "nondelay".
     """
-    budget = resolve_budget(problem, memory_budget)
+    budget = budget_bytes(problem, memory_budget)
     ranks = upward_ranks(problem)
     if budget is None:
         return _nondelay_pass(problem, ranks, None, None)[0]

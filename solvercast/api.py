@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,6 +9,7 @@ from dataclasses import dataclass
 import torch.fx as fx
 
 from solvercast.bounds import lower_bounds
+from solvercast.budget import resolve_budget
 from solvercast.errors import InfeasibleBudgetError, SolvercastError
 from solvercast.extract import extract_problem
 from solvercast.problem import Problem
@@ -49,22 +49,6 @@ class OptimizeResult:
 
         plot_schedules(path, self.problem, {"baseline": self.baseline, "optimized": self.optimized},
                        memory_budget=self.report.memory_budget)
-
-
-def resolve_budget(memory_budget: int | float | None, original_peak: int) -> int | None:
-    """bytes (int), ratio of the original order's peak (float), None (= 1.0), or math.inf (no budget:
-    returns None)."""
-    if memory_budget is None:
-        return original_peak
-    if isinstance(memory_budget, float) and math.isinf(memory_budget) and memory_budget > 0:
-        return None
-    if isinstance(memory_budget, bool) or not isinstance(memory_budget, (int, float)):
-        raise ValueError(f"memory_budget must be bytes (int), a ratio (float) or None, got {memory_budget!r}")
-    if memory_budget < 0:
-        raise ValueError(f"memory_budget must be >= 0, got {memory_budget!r}")
-    if isinstance(memory_budget, float):
-        return int(memory_budget * original_peak)
-    return memory_budget
 
 
 def optimize(
@@ -112,7 +96,7 @@ def optimize(
                               cost_fn=cost_fn, preserve_collective_order=preserve_collective_order)
     original = Schedule.original(problem)
     baseline = simulate(problem, original)
-    budget = resolve_budget(memory_budget, baseline.peak_memory)
+    budget = resolve_budget(memory_budget, lambda: baseline.peak_memory, default=baseline.peak_memory)
     problem = problem.with_budget(budget)
     bounds = lower_bounds(problem)
     phase("extract")

@@ -91,7 +91,7 @@ def lower_bounds(problem: Problem) -> Bounds:
     for b, buf in enumerate(problem.buffers):
         if buf.is_input and not buf.freeable:
             continue
-        for t in set(problem.buffer_users[b]) | ({buf.producer} if buf.producer is not None else set()):
+        for t in problem.buffer_holders[b]:
             touched[t] += buf.size
         if buf.is_output:
             outputs += buf.size

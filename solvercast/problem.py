@@ -237,19 +237,24 @@ class Problem:
         return tuple(alloc)
 
     @cached_property
+    def buffer_holders(self) -> tuple[frozenset[int], ...]:
+        """Per buffer, the tasks that keep it alive: its effective users (`buffer_users`) and its
+        producer. It is freed after the last of them (in program order, or in time with several
+        compute streams). The one answer to "who holds this buffer": every solver, bound and
+        heuristic reads it here."""
+        return tuple(frozenset(users) | ({buf.producer} if buf.producer is not None else frozenset())
+                     for buf, users in zip(self.buffers, self.buffer_users))
+
+    def is_freed(self, b: int) -> bool:
+        """Whether buffer ``b`` is freed during the step (after its last holder). Outputs and
+        non-freeable inputs never are; a freeable input nobody reads is not resident at all."""
+        buf = self.buffers[b]
+        return not (buf.is_output or (buf.is_input and not (buf.freeable and self.buffer_users[b])))
+
+    @cached_property
     def releasable(self) -> tuple[tuple[int, frozenset[int]], ...]:
-        """(bytes, holders) of every buffer that is freed during the step: at the
-        program step of the last of its holders (its effective users and its
-        producer). Outputs and non-freeable inputs never are; a freeable input
-        nobody reads is not resident at all."""
-        out = []
-        for b, buf in enumerate(self.buffers):
-            users = self.buffer_users[b]
-            if buf.is_output or (buf.is_input and not (buf.freeable and users)):
-                continue
-            holders = frozenset(users) | ({buf.producer} if buf.producer is not None else frozenset())
-            out.append((buf.size, holders))
-        return tuple(out)
+        """(bytes, holders) of every buffer that is freed during the step (`is_freed`)."""
+        return tuple((buf.size, self.buffer_holders[b]) for b, buf in enumerate(self.buffers) if self.is_freed(b))
 
     @cached_property
     def lifetime_buffers(self) -> tuple[int, ...]:

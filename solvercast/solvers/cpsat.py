@@ -378,8 +378,7 @@ class _Model:
         ivs, demands = [], []
         past = set(self.past)
         for b in p.lifetime_buffers:
-            buf, users = p.buffers[b], p.buffer_users[b]
-            holders = set(users) | ({buf.producer} if buf.producer is not None else set())
+            buf, holders = p.buffers[b], p.buffer_holders[b]
             if self.past and holders <= past:
                 continue  # windowed: freed before the window
             if buf.producer in self.gone:
@@ -390,10 +389,9 @@ class _Model:
             else:
                 end = m.NewIntVar(0, top, f"dies_{buf.name}")
                 self.lifetime_end[b] = end
-                ends = set(users) | ({buf.producer} if buf.producer is not None else set())
                 if holders & self.gone:  # windowed, several streams: held until the incumbent frees it
                     m.Add(end >= max(self._scope_end[u] for u in holders & self.gone))
-                for u in ends - self.gone:
+                for u in holders - self.gone:
                     if self.single_stream:
                         for a in self._program_points(u):
                             m.Add(end >= after(a))
@@ -476,7 +474,7 @@ class _Model:
         if self.budget is not None:
             for b, end in self.lifetime_end.items():
                 buf = p.buffers[b]
-                ends = set(p.buffer_users[b]) | ({buf.producer} if buf.producer is not None else set())
+                ends = p.buffer_holders[b]
                 if self.single_stream:
                     value = max(ptime[a] + 1 for u in ends for a in self._program_points(u))
                 else:
@@ -490,7 +488,7 @@ class _Model:
                 end_value = end if isinstance(end, int) else None
                 if end_value is None:
                     buf = p.buffers[b]
-                    ends = set(p.buffer_users[b]) | ({buf.producer} if buf.producer is not None else set())
+                    ends = p.buffer_holders[b]
                     end_value = max(ptime[a] + 1 for u in ends for a in self._program_points(u)) \
                         if self.single_stream else max(
                         [sim.end[u] for u in ends] + ([born_value + 1] if buf.producer is not None else []))

@@ -463,7 +463,7 @@ class _Model:
         out = {}
         for (b, k) in self.alive:
             buf = p.buffers[b]
-            ends = set(p.buffer_users[b]) | ({buf.producer} if buf.producer is not None else set())
+            ends = p.buffer_holders[b]
             born = 0 if buf.is_input else pos[buf.producer]
             out[(b, k)] = int(born <= k <= max(pos[u] for u in ends))
         return out
