@@ -14,7 +14,9 @@ budget, each returns a schedule within it whenever the original order (for
 raises `InfeasibleBudgetError` (with ``best_peak`` and ``.schedule``) instead.
 """
 
-from ._common import OVER_BUDGET, Timeline, held_budget, budget_bytes
+from solvercast.engine import Timeline
+
+from ._common import OVER_BUDGET, budget_bytes, held_budget
 from .best import METHOD_ORDER, best_heuristic, run_heuristics
 from .comm_priority import comm_priority_schedule, comm_scores
 from .iterative_swap import SwapState, iterative_swap

@@ -25,7 +25,9 @@ import sys
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 
-from ._common import ReadySet, best_by_peak, renamed, budget_bytes, simulated_peak
+from solvercast.engine import simulated_peak
+
+from ._common import ReadySet, best_by_peak, budget_bytes, renamed
 
 
 def comm_scores(problem: Problem, raise_comms: bool = True, sink_waits: bool = True) -> list[tuple[int, int, int]]:

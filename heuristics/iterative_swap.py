@@ -24,7 +24,7 @@ total move cap (``max_moves``, default 2 x the number of tasks).
 
 Memory is tracked incrementally per swap (resident bytes before each step,
 allocations, and frees that move between the swapped tasks when the last
-use of a buffer changes hands), exactly as `simulate.memory_profile` counts
+use of a buffer changes hands), exactly as `solvercast.engine.memory_profile` counts
 it; ``on_swap`` lets a test compare with a full recomputation after every
 swap.
 """
@@ -36,7 +36,9 @@ from collections.abc import Callable, Sequence
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 
-from ._common import OVER_BUDGET, compute_work, mark_over_budget, budget_bytes, simulated_peak
+from solvercast.engine import simulated_peak
+
+from ._common import OVER_BUDGET, budget_bytes, compute_work, mark_over_budget
 
 
 class LinkedOrder:

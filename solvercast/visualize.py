@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from solvercast.problem import Problem, Role
-from solvercast.simulate import SimResult, memory_over_time
+from solvercast.engine import memory_over_time
+from solvercast.simulate import SimResult
 
 
 def _stream_name(problem: Problem, s: int) -> str:
@@ -17,7 +18,7 @@ def _stream_name(problem: Problem, s: int) -> str:
 def memory_curve(problem: Problem, sim: SimResult) -> tuple[list[int], list[int]]:
     """(times, bytes) of the memory the report's peak is taken from.
 
-    With several compute streams: resident bytes over time (`simulate.memory_over_time`). With one:
+    With several compute streams: resident bytes over time (`engine.memory_over_time`). With one:
     bytes during each program step, placed at the step's issue time on the device (a collective at its
     launch point, others at their start; a running maximum keeps the curve in program order)."""
     if problem.machine.compute_streams > 1:

@@ -12,9 +12,10 @@ from solvercast import (Buffer, InfeasibleBudgetError, Machine, Problem, Role, S
 from solvercast.heuristics import (METHOD_ORDER, Timeline, best_heuristic, comm_priority_schedule, held_budget,
                                    iterative_swap, list_schedule, nondelay_schedule, run_heuristics,
                                    upward_ranks)
-from solvercast.heuristics._common import simulated_peak
-from solvercast.simulate import memory_profile
+from solvercast.engine import memory_profile, simulated_peak
 from solvercast.testing import random_problem
+
+from oracle import reference_times
 
 C, M, W, F = Role.COMPUTE, Role.COMM, Role.WAIT, Role.FREE
 ANY = sys.maxsize  # a budget validate can never exceed: checks structure only
@@ -290,11 +291,14 @@ def random_topological_order(problem, rng, keep_comm_order=True):
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 40), streams=st.integers(1, 3), sync=st.sampled_from([0, 7]))
 def test_timeline_replays_exactly_like_simulate(seed, n, streams, sync):
+    """The engine's placement, used step by step (as list schedulers do) and through `simulate`,
+    gives the times of the plainly written reference (oracle.reference_times)."""
     p = random_problem(seed, n, compute_streams=streams, sync_overhead=sync, sync_comm_fraction=0.1)
     rng = random.Random(seed)
     order = random_topological_order(p, rng)
     stream_of = {t: rng.choice(list(p.allowed_streams(t))) for t in range(n)}
     r = simulate(p, Schedule(order=order, streams=stream_of))
+    assert (r.start, r.end) == reference_times(p, Schedule(order=order, streams=stream_of))
     timeline = Timeline(p)
     for t in order:
         predicted = timeline.start_on(t, stream_of[t])
@@ -315,8 +319,8 @@ def test_timeline_replays_exactly_like_simulate(seed, n, streams, sync):
 def test_memory_over_time_grows_with_the_schedule_like_simulate(seed, n, streams, sync):
     """TimeMemory, fed task by task, ends with simulate's time-based curve: the same peak, and the same
     most-resident-from-then-on at every task's start."""
-    from solvercast.heuristics._common import TimeMemory
-    from solvercast.simulate import memory_over_time
+    from solvercast.engine import TimeMemory
+    from solvercast.engine import memory_over_time
 
     p = random_problem(seed, n, compute_streams=streams, sync_overhead=sync, free_fraction=0.2)
     rng = random.Random(seed)
@@ -536,7 +540,7 @@ def test_comm_priority_never_slower_than_original_on_zoo_models(name):
        queries=st.lists(st.integers(-1, 55), min_size=1, max_size=5), block=st.sampled_from([1, 2, 3, 64]))
 def test_memory_curve_in_blocks_answers_like_a_full_sweep(changes, queries, block):
     """_Curve (sorted blocks with sums and highs) against summing the sorted changes from scratch."""
-    from solvercast.heuristics._common import _Curve
+    from solvercast.engine import _Curve
 
     curve = type("SmallBlocks", (_Curve,), {"BLOCK": block})(1000)
     for k, (time, delta) in enumerate(changes):
@@ -555,8 +559,8 @@ def test_memory_curve_in_blocks_answers_like_a_full_sweep(changes, queries, bloc
 def test_memory_over_time_frees_a_freeable_input_even_if_it_is_an_output():
     """memory_over_time frees a freeable graph input after its last reader, output or not (the input
     branch comes first); TimeMemory follows it: I (100 B) read by a (10 ns), A (5 B) an output."""
-    from solvercast.heuristics._common import TimeMemory
-    from solvercast.simulate import memory_over_time
+    from solvercast.engine import TimeMemory
+    from solvercast.engine import memory_over_time
 
     p = Problem((Task("a", C, 10),), (), (Buffer("I", 100, None, (0,), is_output=True, freeable=True),
                                           Buffer("A", 5, 0, (), is_output=True)),

@@ -210,7 +210,7 @@ def test_plotted_memory_curve_peaks_at_the_reported_peak(streams):
 def test_earliest_fit_is_the_first_candidate_whose_window_fits(intervals, est, duration, occupancy):
     """The sweep against its definition: the first of est and the later interval ends at which the load,
     summed afresh at the window's start and at every interval start inside the window, leaves room."""
-    from solvercast.simulate import _OCCUPANCY_SLACK, _earliest_fit
+    from solvercast.engine import OCCUPANCY_SLACK as _OCCUPANCY_SLACK, earliest_fit as _earliest_fit
 
     active = [(s, s + length, o) for s, length, o in intervals]
 
