@@ -107,6 +107,26 @@ def random_problem(
                    preserve_collective_order=preserve_collective_order, name=f"random{num_tasks}_s{seed}")
 
 
+def random_topological_order(problem: Problem, rng: random.Random, keep_comm_order: bool = False) -> list[int]:
+    """A uniformly drawn ready task at each step: a random topological order of ``problem``'s tasks;
+    with ``keep_comm_order`` the collectives keep their original relative order."""
+    comms = problem.comm_tasks
+    chain = dict(zip(comms, comms[1:])) if keep_comm_order else {}
+    indeg = [len(p) for p in problem.preds]
+    for b in chain.values():
+        indeg[b] += 1
+    ready = [t for t in range(problem.num_tasks) if indeg[t] == 0]
+    order = []
+    while ready:
+        t = ready.pop(rng.randrange(len(ready)))
+        order.append(t)
+        for s in problem.succs[t] + ((chain[t],) if t in chain else ()):
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                ready.append(s)
+    return order
+
+
 def random_inputs(gm, seed: int = 0, device: str = "cpu") -> list:
     """Random tensors of ``gm``'s placeholders' shapes and dtypes (from ``meta["val"]``), scaled by
     1/sqrt(last dim) so that deep graphs stay finite; integer inputs are 0/1."""

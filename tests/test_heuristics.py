@@ -13,7 +13,7 @@ from solvercast.heuristics import (METHOD_ORDER, Timeline, best_heuristic, comm_
                                    iterative_swap, list_schedule, nondelay_schedule, run_heuristics,
                                    upward_ranks)
 from solvercast.engine import memory_profile, simulated_peak
-from solvercast.testing import random_problem
+from solvercast.testing import random_problem, random_topological_order
 
 from oracle import reference_times
 
@@ -268,26 +268,6 @@ def test_overlap_fills_the_collective_with_needed_compute_first():
 
 # ---- the incremental timeline agrees with simulate --------------------------------------------------
 
-def random_topological_order(problem, rng, keep_comm_order=True):
-    chain = {}
-    comms = problem.comm_tasks
-    if keep_comm_order:
-        chain = dict(zip(comms, comms[1:]))
-    indeg = [len(p) for p in problem.preds]
-    for b in chain.values():
-        indeg[b] += 1
-    ready = [t for t in range(problem.num_tasks) if indeg[t] == 0]
-    order = []
-    while ready:
-        t = ready.pop(rng.randrange(len(ready)))
-        order.append(t)
-        for s in problem.succs[t] + ((chain[t],) if t in chain else ()):
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                ready.append(s)
-    return order
-
-
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 40), streams=st.integers(1, 3), sync=st.sampled_from([0, 7]))
 def test_timeline_replays_exactly_like_simulate(seed, n, streams, sync):
@@ -295,7 +275,7 @@ def test_timeline_replays_exactly_like_simulate(seed, n, streams, sync):
     gives the times of the plainly written reference (oracle.reference_times)."""
     p = random_problem(seed, n, compute_streams=streams, sync_overhead=sync, sync_comm_fraction=0.1)
     rng = random.Random(seed)
-    order = random_topological_order(p, rng)
+    order = random_topological_order(p, rng, keep_comm_order=True)
     stream_of = {t: rng.choice(list(p.allowed_streams(t))) for t in range(n)}
     r = simulate(p, Schedule(order=order, streams=stream_of))
     assert (r.start, r.end) == reference_times(p, Schedule(order=order, streams=stream_of))
@@ -324,7 +304,7 @@ def test_memory_over_time_grows_with_the_schedule_like_simulate(seed, n, streams
 
     p = random_problem(seed, n, compute_streams=streams, sync_overhead=sync, free_fraction=0.2)
     rng = random.Random(seed)
-    order = random_topological_order(p, rng)
+    order = random_topological_order(p, rng, keep_comm_order=True)
     stream_of = {t: rng.choice(list(p.allowed_streams(t))) for t in range(n)}
     r = simulate(p, Schedule(order=order, streams=stream_of))
     curve = memory_over_time(p, r.start, r.end)
@@ -439,7 +419,7 @@ def test_iterative_swap_tracks_memory_incrementally(seed, n, streams, fraction, 
     elif start == "cp":
         schedule = comm_priority_schedule(p)
     else:
-        schedule = Schedule(order=random_topological_order(p, random.Random(seed)))
+        schedule = Schedule(order=random_topological_order(p, random.Random(seed), keep_comm_order=True))
     input_peak = memory_profile(p, schedule.order).peak
     budget = None if fraction is None else int(fraction * input_peak)
     limit = input_peak if budget is None else max(budget, input_peak)

@@ -44,16 +44,6 @@ CASES = [(name, {}) for name in EXPECTED_KINDS] + [
     ("synthetic", {"world_size": 8, "tasks": 150, "comm_fraction": 0.2, "dtype": "float32", "hidden": 64}),
 ]
 
-_CACHE: dict[str, fx.GraphModule] = {}
-
-
-def _build(name: str, params: dict) -> fx.GraphModule:
-    key = f"{name}{sorted(params.items())}"
-    if key not in _CACHE:
-        _CACHE[key] = build(name, **params)
-    return _CACHE[key]
-
-
 def _case_id(case) -> str:
     name, params = case
     return name + "".join(f"-{k}{v}" for k, v in params.items())
@@ -74,9 +64,9 @@ def _real_like(val: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
-def test_graph_well_formed(case):
+def test_graph_well_formed(case, zoo_graph):
     name, params = case
-    gm = _build(name, params)
+    gm = zoo_graph(name, **params)
     gm.graph.lint()
     nodes = list(gm.graph.nodes)
     assert nodes and nodes[-1].op == "output"
@@ -120,14 +110,14 @@ def test_graph_well_formed(case):
 
 
 @pytest.mark.parametrize("case", CASES[: len(EXPECTED_KINDS)] + CASES[len(EXPECTED_KINDS)::2], ids=_case_id)
-def test_graph_runs_eagerly(case):
+def test_graph_runs_eagerly(case, zoo_graph):
     """With the registered fake process group the graph runs on real CPU
     tensors and produces outputs of the traced shapes."""
     name, params = case
-    gm = _build(name, params)
+    gm = zoo_graph(name, **params)
     info = gm.meta["solvercast"]
     if not group_is_registered(info["world_size"]):
-        return  # collectives cannot run without a resolvable group; tracing is what matters
+        pytest.skip(f"no fake process group of size {info['world_size']} is registered: collectives cannot run")
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     torch.manual_seed(0)
     args = [_real_like(n.meta["val"]) for n in placeholders]
@@ -158,14 +148,14 @@ def test_list_and_describe():
         assert d["description"] and "world_size" in d["defaults"]
 
 
-def test_default_graphs_are_small():
+def test_default_graphs_are_small(zoo_graph):
     for name in list_models():
-        assert len(_build(name, {}).graph.nodes) <= 250, name
+        assert len(zoo_graph(name).graph.nodes) <= 250, name
 
 
-def test_wait_placed_where_value_is_used():
+def test_wait_placed_where_value_is_used(zoo_graph):
     # tp_mlp: the wait sits right before the residual add that consumes it
-    gm = _build("tp_mlp", {})
+    gm = zoo_graph("tp_mlp")
     for node in gm.graph.nodes:
         if node.target is WAIT:
             assert node.next.op == "call_function" and node in node.next.all_input_nodes

@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 from solvercast import (Buffer, InvalidProblemError, InvalidScheduleError, Machine, Problem, Role, Schedule, Task,
                         lower_bounds, simulate, validate)
-from solvercast.testing import random_problem
+from solvercast.testing import random_problem, random_topological_order
 
 C, M, W, F = Role.COMPUTE, Role.COMM, Role.WAIT, Role.FREE
 
@@ -146,20 +146,6 @@ def test_bounds_on_hand_built_graph():
     assert lower_bounds(overlap_problem(sync=5)).critical_path == 110
     # memory: resident X plus the largest step working set (B and C at t2: 50; outputs 30)
     assert lower_bounds(chain_with_memory()).memory == 150
-
-
-def random_topological_order(problem, rng):
-    indeg = [len(p) for p in problem.preds]
-    ready = [t for t in range(problem.num_tasks) if indeg[t] == 0]
-    order = []
-    while ready:
-        t = ready.pop(rng.randrange(len(ready)))
-        order.append(t)
-        for s in problem.succs[t]:
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                ready.append(s)
-    return order
 
 
 @settings(max_examples=150, deadline=None)
