@@ -22,6 +22,9 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fingerprint import compare  # noqa: E402
+
 #: seconds given to `solve_cpsat`; deterministic, so the search ends at 0.1 x this in CP-SAT's own time
 CPSAT_LIMIT = 8.0
 
@@ -131,17 +134,6 @@ def fingerprint(say=print) -> dict:
     return out
 
 
-def compare(a: dict, b: dict) -> list[str]:
-    diffs = []
-    for k in sorted(set(a) | set(b)):
-        if k not in a or k not in b:
-            diffs.append(f"{k}: only in {'after' if k not in a else 'before'}")
-        elif a[k] != b[k]:
-            fields = sorted(f for f in set(a[k]) | set(b[k]) if a[k].get(f) != b[k].get(f))
-            diffs.append(f"{k}: " + ", ".join(f"{f} {a[k].get(f)!r} -> {b[k].get(f)!r}" for f in fields))
-    return diffs
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -152,12 +144,11 @@ def main(argv=None) -> int:
     wall = sorted(k for k, v in fp.items() if v.get("stopped_by_wall_clock"))
     if wall:
         print(f"{len(wall)} solves ended on the wall clock (may differ between runs): {wall}")
-    if args.compare:
-        diffs = compare(json.loads(Path(args.compare).read_text()), fp)
-        print("\n".join(diffs) if diffs else "identical", flush=True)
-        print(f"{len(fp)} entries compared, {len(diffs)} differences")
-        return 1 if diffs else 0
-    return 0
+    if not args.compare:
+        return 0
+    diffs = compare(json.loads(Path(args.compare).read_text()), fp)  # experiments/fingerprint.py's
+    print(f"{'; '.join(diffs) or 'identical'}\n{len(fp)} entries compared, {len(diffs)} differences", flush=True)
+    return int(bool(diffs))
 
 
 if __name__ == "__main__":
