@@ -13,8 +13,9 @@ and ``skip_reason``. A rerun skips rows already in the CSV (key: model, params, 
 time limit, streams, seed), so an interrupted sweep resumes where it stopped. A failing run (e.g. an
 infeasible budget) is an ``error`` row, never a crash.
 
-Methods: ``original``, ``list``, ``nondelay``, ``comm_priority``, ``heuristic`` (best heuristic) and the solvers
-``cpsat`` / ``milp`` all go through `solvercast.optimize` (so, like for a user, a method that does
+Methods: those of the registry (`solvercast.methods`) marked ``swept``: today ``original``,
+``comm_priority``, ``list``, ``nondelay``, ``heuristic`` (best heuristic) and the solvers
+``cpsat`` / ``milp``, all go through `solvercast.optimize` (so, like for a user, a method that does
 not beat the original order returns the original order); ``torch_overlap`` is PyTorch's overlap
 scheduler (experiments/torch_overlap.py), whose own answer is recorded as is. Only the solvers use
 the time limit: other methods run once per (model, budget, streams, seed), with an empty time limit.
@@ -59,12 +60,16 @@ from dataclasses import fields
 from functools import lru_cache
 from pathlib import Path
 
+from solvercast import methods as registry
+
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-METHODS = ("original", "list", "nondelay", "comm_priority", "heuristic", "cpsat", "milp", "torch_overlap")
-SOLVER_METHODS = ("cpsat", "milp")
+# the registry's compared methods (solvercast.methods), then PyTorch's own scheduler
+SOLVER_METHODS = registry.names(registry.Kind.SOLVER, swept=True)
+METHODS = registry.names(registry.Kind.ORIGINAL, registry.Kind.HEURISTIC, registry.Kind.BEST, swept=True) + \
+    SOLVER_METHODS + ("torch_overlap",)
 KEY = ("model", "params", "method", "budget", "time_limit", "compute_streams", "seed")
 BOUND_KEYS = ("critical_path", "compute", "comm", "makespan", "memory")
 PHASE_KEYS = ("extract", "heuristics", "solve", "lower", "total")

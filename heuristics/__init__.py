@@ -5,7 +5,8 @@ baselines every experiment compares against (DESIGN.md, "Methods").
 * `nondelay_schedule`: earliest-start list scheduling (ready work fills the time collectives take).
 * `comm_priority_schedule`: raise collectives / sink waits / fill with compute.
 * `iterative_swap`: adjacent swaps of collectives and waits under a memory budget.
-* `best_heuristic` / `run_heuristics`: all of them, judged by `simulate`.
+* `best_heuristic` / `run_heuristics`: every heuristic of the method registry (`solvercast.methods`),
+  judged by `simulate`.
 
 Every function returns a `Schedule` that `validate` accepts. Given a memory
 budget, each returns a schedule within it whenever the original order (for

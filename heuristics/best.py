@@ -1,37 +1,28 @@
-"""Run every heuristic, judge each with the simulator, keep the best valid one."""
+"""Run every heuristic, judge each with the simulator, keep the best valid one.
+
+Which heuristics run, and their tie-break order, is the method registry's (`solvercast.methods`)."""
 
 from __future__ import annotations
 
 import sys
 
 from solvercast.errors import InfeasibleBudgetError
+from solvercast.methods import Kind, schedule_methods
 from solvercast.problem import Problem, format_bytes
 from solvercast.schedule import Schedule
 from solvercast.simulate import SimResult, validate
 
 from ._common import renamed, budget_bytes
-from .comm_priority import comm_priority_schedule
 from .iterative_swap import iterative_swap
-from .list_scheduling import list_schedule, nondelay_schedule
 
-#: Every method `run_heuristics` may report, in tie-break order (earlier wins
-#: at equal makespan and peak: the simplest change first).
-METHOD_ORDER = (
-    "original",
-    "comm_priority",
-    "raise_comms",
-    "sink_waits",
-    "list",
-    "nondelay",
-    "original+swap",
-    "comm_priority+swap",
-    "raise_comms+swap",
-    "sink_waits+swap",
-    "list+swap",
-    "nondelay+swap",
-)
+_SCHEDULERS = schedule_methods()
+#: Every method `run_heuristics` may report, in tie-break order (earlier wins at equal makespan and peak:
+#: the simplest change first): the registry's original order and heuristics (`solvercast.methods`), then
+#: each of them polished by `iterative_swap`.
+METHOD_ORDER = tuple(m.name for m in _SCHEDULERS) + tuple(m.name + "+swap" for m in _SCHEDULERS)
 
-_BASES = ("list", "nondelay", "comm_priority", "raise_comms", "sink_waits")
+_ORIGINAL = tuple(m.name for m in _SCHEDULERS if m.kind == Kind.ORIGINAL)  # always polished by a swap
+_BASES = tuple(m.name for m in _SCHEDULERS if m.kind == Kind.HEURISTIC)  # the best few polished too
 _SWAPPED_BASES = 2  # iterative_swap is applied to the original order and to this many best other bases
 
 
@@ -52,19 +43,15 @@ def run_heuristics(problem: Problem, memory_budget: int | float | None = None) -
         # validate the structure only: the budget is judged by the caller
         out[name] = (schedule, validate(problem, schedule, memory_budget=sys.maxsize))
 
-    judge("original", Schedule.original(problem))
-    judge("list", list_schedule(problem, budget))
-    judge("nondelay", nondelay_schedule(problem, budget))
-    judge("comm_priority", comm_priority_schedule(problem, memory_budget=budget))
-    judge("raise_comms", comm_priority_schedule(problem, True, False, False, memory_budget=budget))
-    judge("sink_waits", comm_priority_schedule(problem, False, True, False, memory_budget=budget))
+    for method in _SCHEDULERS:
+        judge(method.name, method.run(problem, memory_budget=budget))
 
     def fits(name: str) -> bool:
         return budget is None or out[name][1].peak_memory <= budget
 
     ranked = sorted(_BASES, key=lambda m: (not fits(m), out[m][1].makespan, out[m][1].peak_memory,
                                            METHOD_ORDER.index(m)))
-    for base in ["original"] + sorted(ranked[:_SWAPPED_BASES], key=METHOD_ORDER.index):
+    for base in list(_ORIGINAL) + sorted(ranked[:_SWAPPED_BASES], key=METHOD_ORDER.index):
         judge(base + "+swap", iterative_swap(problem, renamed(out[base][0], base), budget))
     return {name: out[name] for name in METHOD_ORDER if name in out}
 

@@ -12,6 +12,7 @@ from solvercast.bounds import lower_bounds
 from solvercast.budget import resolve_budget
 from solvercast.errors import InfeasibleBudgetError, SolvercastError
 from solvercast.extract import extract_problem
+from solvercast.methods import BY_NAME, Kind, names
 from solvercast.problem import Problem
 from solvercast.report import Report
 from solvercast.schedule import Schedule
@@ -20,8 +21,8 @@ from solvercast.simulate import SimResult, simulate
 # room kept for lowering and the report, per task, measured at 10,000 tasks: one compute stream (1.3 s),
 # several (6.6 s: cross-stream edges get anchor ops and events)
 LOWERING_SECONDS_PER_TASK = (1.5e-4, 7e-4)
-METHODS = ("auto", "cpsat", "cpsat-placement", "cpsat-windows", "milp", "heuristic", "list", "nondelay",
-           "comm_priority", "original")
+#: `optimize`'s methods: the registry's selectable entries (`solvercast.methods`)
+METHODS = names(Kind.SOLVER, Kind.BEST, Kind.HEURISTIC, Kind.ORIGINAL, selectable=True)
 # auto: a monolithic CP-SAT model up to this many tasks (measured: it still improves on the heuristic at
 # 3,000 tasks and finds nothing at 10,000: experiments/results/scale.md); beyond, placement then windows
 AUTO_CPSAT_MAX_TASKS = 4000
@@ -126,16 +127,15 @@ def optimize(
 
 def _solve(problem: Problem, method: str, time_left: float, deterministic: bool, say, phase) -> tuple[Schedule, dict]:
     """The chosen method's schedule (always within budget) and what happened."""
-    from solvercast.heuristics import best_heuristic, comm_priority_schedule, list_schedule, nondelay_schedule
+    from solvercast.heuristics import best_heuristic
 
     info: dict = {"method": method}
     budget = problem.machine.memory_budget
-    if method == "original":
-        return _within_budget(problem, Schedule.original(problem), budget), {**info, "method": "original"}
-    if method in ("list", "nondelay", "comm_priority"):
-        single = {"list": list_schedule, "nondelay": nondelay_schedule, "comm_priority": comm_priority_schedule}
-        schedule = single[method](problem, memory_budget=budget)
-        phase("heuristics")
+    entry = BY_NAME[method]
+    if entry.kind in (Kind.ORIGINAL, Kind.HEURISTIC):
+        schedule = entry.run(problem, memory_budget=budget)
+        if entry.kind == Kind.HEURISTIC:
+            phase("heuristics")
         return _within_budget(problem, schedule, budget), {**info, "method": method}
 
     say("running heuristics")
@@ -153,7 +153,8 @@ def _solve(problem: Problem, method: str, time_left: float, deterministic: bool,
     if method == "auto":
         method = "cpsat" if problem.num_tasks <= AUTO_CPSAT_MAX_TASKS else "cpsat-windows"
         info["auto_choice"] = method
-    use_solver = method != "heuristic"
+        entry = BY_NAME[method]
+    use_solver = entry.kind == Kind.SOLVER
     # what the heuristics took, and room for lowering and the report
     lowering = LOWERING_SECONDS_PER_TASK[problem.machine.compute_streams > 1] * problem.num_tasks
     time_left -= time.perf_counter() - started + 0.1 + lowering
@@ -165,28 +166,9 @@ def _solve(problem: Problem, method: str, time_left: float, deterministic: bool,
         info["method"] = hint.method
         return hint, info
 
-    if method == "milp":
-        from solvercast.solvers.milp import solve_milp
-
-        say(f"solving with MILP ({time_left:.1f} s)")
-        res = solve_milp(problem, time_limit=time_left, memory_budget=budget, hint=hint)
-    elif method in ("cpsat-placement", "cpsat-windows"):
-        from solvercast.solvers.large import solve_placement, solve_placement_then_windows
-
-        if hint is None:
-            raise hint_error  # reduced models keep parts of a heuristic schedule: they need one
-        if method == "cpsat-placement":
-            say(f"solving with CP-SAT, compute order fixed ({time_left:.1f} s)")
-            res = solve_placement(problem, hint, time_left, budget, deterministic=deterministic, progress=say)
-        else:
-            res = solve_placement_then_windows(problem, hint, time_left, budget, deterministic=deterministic,
-                                               progress=say)
-    else:
-        from solvercast.solvers.cpsat import solve_cpsat
-
-        say(f"solving with CP-SAT ({time_left:.1f} s{', deterministic' if deterministic else ''})")
-        res = solve_cpsat(problem, time_limit=time_left, memory_budget=budget, hint=hint,
-                          deterministic=deterministic, progress=say)
+    if hint is None and entry.needs_hint:
+        raise hint_error  # reduced models keep parts of a heuristic schedule: they need one
+    res = entry.run(problem, hint, time_left, deterministic, say)
     phase("solve")
     info.update(solver=method, solver_status=res.status.value,
                 solver_raw_status=res.solver_status, solver_objective=res.objective, solver_bound=res.bound,

@@ -96,6 +96,8 @@ def cmd_optimize(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from solvercast import methods
+
     parser = argparse.ArgumentParser(prog="solvercast", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     opt = sub.add_parser("optimize", help="optimize a built-in model or an exported program")
@@ -108,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="bytes (int), ratio of the original peak (float, e.g. 1.0; the default), or none (no budget)")
     opt.add_argument("--device", default="h100", help="h100, a100 or h200")
     opt.add_argument("--streams", type=int, default=1, help="compute streams")
-    opt.add_argument("--method", default="auto", help="auto, cpsat, cpsat-placement, cpsat-windows, milp, heuristic, list, nondelay, comm_priority, original")
+    opt.add_argument("--method", default="auto", help=methods.help_text())
     opt.add_argument("--reorder-collectives", action="store_true",
                      help="let collectives change their relative order (unsafe across ranks unless all agree)")
     opt.add_argument("--wall-clock", action="store_true", help="wall-clock time limit instead of a deterministic one")

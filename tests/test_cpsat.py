@@ -101,7 +101,7 @@ def test_the_kept_solution_that_simulates_best_is_returned():
     the original order (valid, slow), an unbudgeted nondelay order (faster, over the budget), the best
     heuristic within the budget (valid, faster than the original)."""
     from solvercast.heuristics import nondelay_schedule
-    from solvercast.solvers.cpsat import _best_valid
+    from solvercast.solvers.result import best_valid as _best_valid
 
     p = random_problem(0, 12, sync_overhead=3)
     original = Schedule.original(p)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 
-from solvercast.problem import Problem
+from solvercast.problem import Problem, Role
 
 
 def scale_problem(problem: Problem, factor: int) -> Problem:
@@ -32,3 +32,41 @@ def topological_by_key(problem: Problem, key: dict) -> list[int]:
             if indeg[s] == 0:
                 heapq.heappush(heap, (key[s], s))
     return order
+
+
+def start_time_keys(problem: Problem, timed, start, launch, skip=frozenset(), rounding=None) -> dict:
+    """Sort keys that turn a solver's start times into a program order (for `topological_by_key`).
+
+    A task with a launch point (an asynchronous collective) sorts at its launch, a task that takes time
+    after the zero-length points (launches, waits) of its instant, ties by id; a view (FREE, not in
+    ``timed`` nor in ``skip``) when its inputs are ready. ``rounding`` is applied to every time (the
+    MILP's are floats). Serial schedule generation on a list sorted by start never starts a task later,
+    which is why several compute streams read their order off the times (CP-SAT and MILP alike)."""
+    r = rounding or (lambda x: x)
+    key = {}
+    for t in timed:
+        if t in launch:
+            key[t] = (r(launch[t]), 0, t)
+        else:
+            key[t] = (r(start[t]), int(problem.tasks[t].duration > 0), t)
+    for t in range(problem.num_tasks):  # views: when their inputs are ready, in topological (id) order
+        if problem.tasks[t].role == Role.FREE and t not in key and t not in skip:
+            ready = max((start[q] + problem.tasks[q].duration for q in problem.sync_preds[t]), default=0)
+            key[t] = (r(ready), 0, t)
+    return key
+
+
+def serial_syncs(problem: Problem, big_m_margin: bool = False) -> int:
+    """Two syncs per task (an input from another stream, and its launch), plus one task's more with
+    ``big_m_margin``; see `serial_horizon`."""
+    return 2 * problem.machine.sync_overhead * (problem.num_tasks + int(big_m_margin))
+
+
+def serial_horizon(problem: Problem, big_m_margin: bool = False) -> int:
+    """An end time no valid schedule exceeds: every task after the previous one, each paying its syncs.
+
+    Two values, one definition: CP-SAT's (``big_m_margin=False``) bounds variable domains and is kept
+    tight; the MILP's (``big_m_margin=True``, one more task's syncs) feeds its big-M constants, where a
+    margin costs nothing and a value one sync short would cut off schedules. Both are kept exactly as they
+    shipped, so that the models (and their answers) stay the same."""
+    return sum(t.duration for t in problem.tasks) + serial_syncs(problem, big_m_margin)

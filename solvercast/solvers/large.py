@@ -9,7 +9,8 @@ warm-started from the incumbent and accepting only improvements judged by
   incumbent's order and streams; only where collectives launch, where waits
   land (and views) is free.
 * windows (`solve_cpsat` with ``window``): large-neighbourhood search. Only a
-  window of consecutive tasks (in program order) is modelled: what comes
+  window of consecutive tasks (in program order) is modelled, the model's
+  `Scope` (solvers/scope.py): what comes
   before it is constant, what comes after it is left out, so each model has a
   few hundred tasks whatever the graph's size. The window minimizes its own
   span, then its start times (``left_shift``), and a window is kept when the

@@ -69,8 +69,9 @@ from solvercast.errors import InfeasibleBudgetError
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 from solvercast.simulate import SimResult, simulate, validate
-from solvercast.solvers.common import scale_problem, topological_by_key
-from solvercast.solvers.result import SolveResult, SolveStatus
+from solvercast.solvers.common import (scale_problem, serial_horizon, serial_syncs, start_time_keys,
+                                       topological_by_key)
+from solvercast.solvers.result import Outcome, SolveResult, SolveStatus, best_valid
 
 
 def _import_pulp():
@@ -478,18 +479,10 @@ class _Model:
         pos_of = {t: max(self.x[t], key=lambda k: self.x[t][k].value() or 0.0) for t in range(self.n)}
         key = {t: (pos_of[t], t) for t in range(self.n)}
         out = [Schedule(order=topological_by_key(p, key), streams=streams, method="milp")]
-        if p.machine.compute_streams > 1:
+        if p.machine.compute_streams > 1:  # also read off the times, as CP-SAT does
             val = {t: self.S[t].value() or 0.0 for t in self.S}
-            tkey = {}
-            for t in self.timed:
-                if t in self.L:
-                    tkey[t] = (round(self.L[t].value() or 0.0, 6), 0, t)
-                else:
-                    tkey[t] = (round(val[t], 6), int(p.tasks[t].duration > 0), t)
-            for t in range(self.n):
-                if p.tasks[t].role == Role.FREE:
-                    ready = max((val[q] + p.tasks[q].duration for q in p.sync_preds[t]), default=0.0)
-                    tkey[t] = (round(ready, 6), 0, t)
+            launch = {c: self.L[c].value() or 0.0 for c in self.L}
+            tkey = start_time_keys(p, self.timed, val, launch, rounding=lambda x: round(x, 6))
             out.append(Schedule(order=topological_by_key(p, tkey), streams=streams, method="milp"))
         return out
 
@@ -544,7 +537,7 @@ def solve_milp(
                            time.perf_counter() - t0, "trivial")
 
     # horizon: the hint's makespan, else a bound every valid schedule meets
-    serial = sum(t.duration for t in problem.tasks) + 2 * problem.machine.sync_overhead * (n + 1)
+    serial = serial_horizon(problem, big_m_margin=True)
     horizon = min(serial, hint_sim.makespan) if hint_sim is not None else serial
     factor = max(1, math.ceil(horizon / MAX_MODEL_HORIZON))
     scaled = scale_problem(problem, factor)
@@ -553,7 +546,7 @@ def solve_milp(
         model_horizon = scaled_hint_sim.makespan
     else:
         scaled_hint_sim = None
-        model_horizon = -(-serial // factor) + 2 * scaled.machine.sync_overhead * (n + 1)
+        model_horizon = -(-serial // factor) + serial_syncs(scaled, big_m_margin=True)  # and the rounding up
 
     model = _Model(scaled, model_horizon, budget)
     model.build()
@@ -567,6 +560,7 @@ def solve_milp(
     name = f"{solver}: {backend_status}"
     stats = {"scale": factor, "variables": len(model.lp.variables()), "constraints": model.lp.numConstraints(),
              "solver": solver}
+    outcome = Outcome(hint, hint_sim, wall, name, stats)
 
     if kind == "infeasible" and hint is not None:
         # the warm start is a feasible point of the model by construction, so this is a
@@ -579,38 +573,24 @@ def solve_milp(
             f"the MILP ({solver}) proved that no schedule keeps peak memory within {budget} B",
             best_peak=hint_sim.peak_memory if hint_sim else None)
     if kind == "none":
-        if hint is None:
-            return SolveResult(None, SolveStatus.NO_SOLUTION, None, None, None, wall, name,
-                               f"the MILP ({solver}) found no schedule in {time_limit:g} s", stats)
-        return SolveResult(hint, SolveStatus.HINT_KEPT, hint_sim, None, None, wall, name,
-                           f"the MILP ({solver}) found no solution in {time_limit:g} s; kept the warm start", stats)
+        return outcome.no_solution(f"the MILP ({solver}) found no schedule in {time_limit:g} s",
+                                   f"the MILP ({solver}) found no solution in {time_limit:g} s; kept the warm start")
 
     proven = kind == "optimal" and factor == 1
     objective = int(round(model.cmax.value())) * factor
     bound = objective if proven else (
         int(math.ceil(dual_bound - 1e-6)) * factor if dual_bound is not None else None)
-    best, best_sim, errors = None, None, []
-    for cand in model.extract():
-        try:
-            sim = validate(problem, cand, memory_budget=budget)
-        except Exception as e:  # noqa: BLE001 - model/simulator disagreement: reported below
-            errors.append(str(e))
-            continue
-        if best_sim is None or sim.makespan < best_sim.makespan:
-            best, best_sim = cand, sim
+    best, best_sim, errors = best_valid(problem, model.extract(), budget)
     if best is None:
+        error = next(iter(errors.values()))
         if hint is None:
-            raise AssertionError(f"MILP schedule failed validation: {errors[0]}")
-        return SolveResult(hint, SolveStatus.HINT_KEPT, hint_sim, objective, bound, wall, name,
-                           f"the MILP's schedule failed validation ({errors[0]}); kept the warm start", stats)
+            raise AssertionError(f"MILP schedule failed validation: {error}")
+        return outcome.invalid("the MILP's", error, objective, bound)
     # OPTIMAL only if the solver proved it and the simulator agrees with the model
     proven = proven and best_sim.makespan <= objective
-    if hint_sim is not None and best_sim.makespan >= hint_sim.makespan:
-        solved = SolveStatus.OPTIMAL if proven and hint_sim.makespan <= objective else SolveStatus.HINT_KEPT
-        message = "the MILP proved the warm start optimal" if solved == SolveStatus.OPTIMAL else \
-            "the MILP found nothing better than the warm start; kept it"
-        return SolveResult(hint, solved, hint_sim, objective, bound, wall, name, message, stats)
-    solved = SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE
     message = "" if proven or kind != "optimal" else \
         "the solver's optimum re-simulated later than its objective (model scaled or approximate)"
-    return SolveResult(best, solved, best_sim, objective, bound, wall, name, message, stats)
+    return outcome.better_of(best, best_sim, proven=proven, hint_proven=proven and hint_sim is not None
+                             and hint_sim.makespan <= objective, objective=objective, bound=bound,
+                             proved_hint="the MILP proved the warm start optimal",
+                             kept_hint="the MILP found nothing better than the warm start; kept it", message=message)

@@ -1,0 +1,133 @@
+"""The method registry: every way solvercast can schedule a problem, in one table.
+
+`optimize` (its ``method`` check and its dispatch), the CLI (``--method`` help), `run_heuristics` /
+`best_heuristic` (which heuristics run, and their tie-break order) and `experiments/sweep.py` (its
+methods) all read `REGISTRY`: adding a heuristic or a solver is one entry here.
+
+The core may not import `solvercast.heuristics` at import time (the heuristics import the core), so a
+heuristic's entry calls it through `_heuristic`, which imports it on first use; solvers likewise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Kind(str, Enum):
+    ORIGINAL = "original"  # the graph's own order: the baseline every report compares against
+    HEURISTIC = "heuristic"  # one heuristic: run(problem, memory_budget=...) -> Schedule
+    BEST = "best"  # every ORIGINAL and HEURISTIC entry (and iterative swap), the best kept (`best_heuristic`)
+    SOLVER = "solver"  # run(problem, hint, time_limit, deterministic, say) -> SolveResult, from the best heuristic
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    kind: Kind
+    description: str  # one line, for the CLI's help
+    run: Callable | None  # None only for "auto", which `optimize` resolves to another solver by graph size
+    selectable: bool = True  # offered on its own by `optimize(method=...)` and the CLI
+    swept: bool = True  # in `experiments/sweep.py`'s methods (auto and the reduced models are not compared there)
+    needs_hint: bool = False  # a solver that keeps parts of a heuristic schedule: no hint, no answer
+
+
+def _heuristic(attr: str, **options) -> Callable:
+    """``solvercast.heuristics.<attr>(problem, memory_budget=..., **options)``, imported when called."""
+    def run(problem, memory_budget=None):
+        from solvercast import heuristics
+
+        return getattr(heuristics, attr)(problem, memory_budget=memory_budget, **options)
+
+    return run
+
+
+def _original(problem, memory_budget=None):
+    from solvercast.schedule import Schedule
+
+    return Schedule.original(problem)
+
+
+def _best(problem, memory_budget=None):
+    from solvercast.heuristics import best_heuristic
+
+    return best_heuristic(problem, memory_budget=memory_budget)
+
+
+def _cpsat(problem, hint, time_limit, deterministic, say):
+    from solvercast.solvers.cpsat import solve_cpsat
+
+    say(f"solving with CP-SAT ({time_limit:.1f} s{', deterministic' if deterministic else ''})")
+    return solve_cpsat(problem, time_limit=time_limit, memory_budget=problem.machine.memory_budget, hint=hint,
+                       deterministic=deterministic, progress=say)
+
+
+def _cpsat_placement(problem, hint, time_limit, deterministic, say):
+    from solvercast.solvers.large import solve_placement
+
+    say(f"solving with CP-SAT, compute order fixed ({time_limit:.1f} s)")
+    return solve_placement(problem, hint, time_limit, problem.machine.memory_budget, deterministic=deterministic,
+                           progress=say)
+
+
+def _cpsat_windows(problem, hint, time_limit, deterministic, say):
+    from solvercast.solvers.large import solve_placement_then_windows
+
+    return solve_placement_then_windows(problem, hint, time_limit, problem.machine.memory_budget,
+                                        deterministic=deterministic, progress=say)
+
+
+def _milp(problem, hint, time_limit, deterministic, say):
+    from solvercast.solvers.milp import solve_milp
+
+    say(f"solving with MILP ({time_limit:.1f} s)")
+    return solve_milp(problem, time_limit=time_limit, memory_budget=problem.machine.memory_budget, hint=hint)
+
+
+#: In tie-break order within a kind: of two heuristic schedules with equal makespan and peak, the earlier
+#: entry's wins (the simplest change first).
+REGISTRY: tuple[Method, ...] = (
+    Method("original", Kind.ORIGINAL, "the graph's own order on default streams", _original),
+    Method("comm_priority", Kind.HEURISTIC, "raise collectives, sink waits, fill the gap with independent compute",
+           _heuristic("comm_priority_schedule")),
+    Method("raise_comms", Kind.HEURISTIC, "comm-priority order that only raises collectives",
+           _heuristic("comm_priority_schedule", raise_comms=True, sink_waits=False, overlap=False),
+           selectable=False, swept=False),
+    Method("sink_waits", Kind.HEURISTIC, "comm-priority order that only sinks waits",
+           _heuristic("comm_priority_schedule", raise_comms=False, sink_waits=True, overlap=False),
+           selectable=False, swept=False),
+    Method("list", Kind.HEURISTIC, "upward-rank list scheduling, stream by earliest finish",
+           _heuristic("list_schedule")),
+    Method("nondelay", Kind.HEURISTIC, "earliest-start list scheduling: ready work fills the time collectives take",
+           _heuristic("nondelay_schedule")),
+    Method("heuristic", Kind.BEST, "the best of every heuristic (with iterative swap), judged by simulate", _best),
+    Method("auto", Kind.SOLVER, "cpsat up to api.AUTO_CPSAT_MAX_TASKS tasks, cpsat-windows beyond", None,
+           swept=False),
+    Method("cpsat", Kind.SOLVER, "one CP-SAT model of the whole graph, warm-started by the best heuristic", _cpsat),
+    Method("cpsat-placement", Kind.SOLVER, "CP-SAT with the heuristic's compute order fixed (large graphs)",
+           _cpsat_placement, swept=False, needs_hint=True),
+    Method("cpsat-windows", Kind.SOLVER, "placement, then CP-SAT over windows of the program (large graphs)",
+           _cpsat_windows, swept=False, needs_hint=True),
+    Method("milp", Kind.SOLVER, "a MILP through PuLP (HiGHS or CBC), for small graphs", _milp),
+)
+
+BY_NAME: dict[str, Method] = {m.name: m for m in REGISTRY}
+
+
+def names(*kinds: Kind, selectable: bool | None = None, swept: bool | None = None) -> tuple[str, ...]:
+    """Names of the entries of these kinds, in the order of ``kinds``, then `REGISTRY`'s; optionally only
+    those (not) selectable or (not) swept."""
+    return tuple(m.name for k in kinds for m in REGISTRY
+                 if m.kind == k and selectable in (None, m.selectable) and swept in (None, m.swept))
+
+
+def schedule_methods() -> tuple[Method, ...]:
+    """What `run_heuristics` runs, in tie-break order: the original order, then every heuristic."""
+    return tuple(m for m in REGISTRY if m.kind in (Kind.ORIGINAL, Kind.HEURISTIC))
+
+
+def help_text() -> str:
+    """One line per selectable method, for the CLI."""
+    return "; ".join(f"{name}: {BY_NAME[name].description}"
+                     for name in names(Kind.SOLVER, Kind.BEST, Kind.HEURISTIC, Kind.ORIGINAL, selectable=True))
