@@ -13,6 +13,7 @@ from solvercast import extract_problem
 from solvercast.collectives import COLLECTIVE_KINDS, REGISTRY
 from solvercast.nodes import NodeKind, classify, costs_nothing, is_task
 from solvercast.models import fake_group
+from test_cost import _collective_graph
 
 C10D = torch.ops._c10d_functional
 GROUP = fake_group(4)
@@ -86,19 +87,6 @@ def test_foreach_in_place_writes_every_tensor_of_its_list():
     assert classify(foreach).writes == (nodes["a_1"], nodes["b_1"])
 
 
-def _collectives(x, y):
-    """one launch per collective kind and form, each followed by its wait"""
-    ar = C10D.wait_tensor(C10D.all_reduce(x, "sum", GROUP))
-    ag = C10D.wait_tensor(C10D.all_gather_into_tensor(x, 4, GROUP))
-    rs = C10D.wait_tensor(C10D.reduce_scatter_tensor(ag, "sum", 4, GROUP))
-    a2a = C10D.wait_tensor(C10D.all_to_all_single(ag, [4] * 4, [4] * 4, GROUP))
-    bc = C10D.wait_tensor(C10D.broadcast(x, 0, GROUP))
-    arc = [C10D.wait_tensor(t) for t in C10D.all_reduce_coalesced([x, y], "sum", GROUP)]
-    z = x.clone()
-    C10D.all_reduce_(z, "sum", GROUP)
-    return ar, rs, a2a, bc, arc, C10D.wait_tensor(z)
-
-
 EXPECTED_KIND = {
     C10D.all_reduce.default: "all_reduce",
     C10D.all_gather_into_tensor.default: "all_gather",
@@ -106,12 +94,15 @@ EXPECTED_KIND = {
     C10D.all_to_all_single.default: "all_to_all",
     C10D.broadcast.default: "broadcast",
     C10D.all_reduce_coalesced.default: "all_reduce",
+    C10D.all_gather_into_tensor_coalesced.default: "all_gather",
+    C10D.reduce_scatter_tensor_coalesced.default: "reduce_scatter",
     C10D.all_reduce_.default: "all_reduce",
 }
 
 
 def test_each_collective_kind_its_group_and_its_waits():
-    gm = _trace(_collectives, torch.randn(4, 4), torch.randn(2, 4))
+    """every kind in its functional, in-place and coalesced forms (test_cost's graph), each launch waited on"""
+    gm = _collective_graph(GROUP)
     seen = set()
     for node in gm.graph.nodes:
         info = classify(node)
@@ -138,7 +129,7 @@ def test_registry_has_one_record_per_kind_and_each_op_in_one_record():
 
 def test_getitem_of_a_coalesced_collective_leads_extract_to_its_collective():
     """all_reduce_coalesced -> getitem, getitem -> wait, wait: the first wait completes the collective"""
-    gm = _trace(_collectives, torch.randn(4, 4), torch.randn(2, 4))
+    gm = _collective_graph(GROUP)
     p = extract_problem(gm)
     ids = {t.name: i for i, t in enumerate(p.tasks)}
     coalesced = ids["all_reduce_coalesced"]
