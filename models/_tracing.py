@@ -24,7 +24,6 @@ used unregistered: tracing with fake tensors does not resolve group names.
 
 from __future__ import annotations
 
-import operator
 import threading
 from typing import Any, Callable, Iterable, Sequence
 
@@ -32,6 +31,8 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
+
+from solvercast.nodes import NodeKind, classify
 
 __all__ = [
     "DTYPES",
@@ -245,7 +246,7 @@ def trace(body: Callable[[dict[str, torch.Tensor]], Any], inputs: Iterable[Input
     # make_fx records every output of multi-output ops (e.g. LayerNorm's mean
     # and rstd) as getitem nodes even when unused: drop those dead, pure nodes.
     for node in reversed(list(gm.graph.nodes)):
-        if node.op == "call_function" and node.target is operator.getitem and not node.users:
+        if classify(node).kind is NodeKind.GETITEM and not node.users:
             gm.graph.erase_node(node)
 
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]

@@ -5,7 +5,7 @@ with `simulate` / `validate` / `lower_bounds` judging every schedule.
 """
 
 from solvercast.bounds import Bounds, lower_bounds
-from solvercast.cost import DeviceProfile, get_profile
+from solvercast.device import DeviceProfile, get_profile
 from solvercast.errors import (
     ExtractionError,
     InfeasibleBudgetError,

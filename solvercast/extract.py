@@ -5,16 +5,21 @@ make_fx, torch.export or AOT); never modifies the input module. One task per
 schedulable node (everything but placeholders, get_attr and output), task ids
 in graph order.
 
-Classification:
+Roles, from `solvercast.nodes.classify` and the storages below:
   placeholder / get_attr    graph inputs: resident buffers (or freeable if named)
   _c10d_functional.*        COMM; asynchronous when a wait_tensor completes it
   wait_tensor               WAIT; returns its collective's buffer (an alias)
   ops named in comm_ops     COMM without a wait: synchronous comm ops
   no fresh storage          FREE (views, reshape of contiguous input, getitem,
                             detach, alias, ...), unless the op writes an input
+                            (`solvercast.nodes.is_free_task`)
   writes an input (schema)  COMPUTE; aliases the written buffer, and is ordered
                             after earlier readers and before later ones
   anything else             COMPUTE
+
+Costs come from a `solvercast.cost.CostModel`: the analytic model of
+``device`` unless ``cost_model`` is given, with ``cost_fn`` overriding
+durations per node.
 
 Buffers are storages: two values sharing a storage are one buffer. A node
 uses every storage of every node it reads, which is also how PyTorch's FX
@@ -29,27 +34,16 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten
 
-from solvercast import cost
+from solvercast.cost import AnalyticCostModel, CostFnOverrides, CostModel
+from solvercast.device import DeviceProfile, get_profile
 from solvercast.errors import ExtractionError
+from solvercast.fxmeta import hint_int
+from solvercast.nodes import NodeKind, classify, is_free_task, is_task
 from solvercast.problem import Buffer, Machine, Problem, Role, Task
-
-_WAIT = torch.ops._c10d_functional.wait_tensor.default
 
 
 def _tensors(val) -> list[torch.Tensor]:
     return [v for v in tree_flatten(val)[0] if isinstance(v, torch.Tensor)]
-
-
-def _hint(n) -> int:
-    """Concrete value of a possibly symbolic int; raises if it has no hint."""
-    if isinstance(n, int):
-        return n
-    if isinstance(n, torch.SymInt):
-        hint = n.node.hint
-        if hint is None:
-            raise ValueError(f"symbolic size {n} has no hint")
-        return int(hint)
-    return int(n)
 
 
 def _storage_key(t: torch.Tensor) -> tuple[int, str]:
@@ -57,32 +51,12 @@ def _storage_key(t: torch.Tensor) -> tuple[int, str]:
 
 
 def _storage_bytes(t: torch.Tensor) -> int:
+    """Bytes of ``t``'s storage. A buffer size must be known, so a symbolic size without a hint
+    gets no fallback: `hint_int` raises `UnhintedSizeError` (a ValueError)."""
     try:
-        return _hint(t.untyped_storage().nbytes())
+        return hint_int(t.untyped_storage().nbytes(), fallback=None)
     except (RuntimeError, NotImplementedError):  # e.g. tensor subclasses without a storage
-        return _hint(t.numel()) * t.element_size()
-
-
-def _written_nodes(node: fx.Node) -> list[fx.Node]:
-    """The values this op writes, from its schema: positional or keyword
-    arguments (``out=``), single tensors or tensor lists."""
-    schema = getattr(node.target, "_schema", None)
-    if schema is None:
-        return []
-    written = []
-    for i, arg in enumerate(schema.arguments):
-        if arg.alias_info is None or not arg.alias_info.is_write:
-            continue
-        value = node.args[i] if i < len(node.args) and not arg.kwarg_only else node.kwargs.get(arg.name)
-        for v in value if isinstance(value, (list, tuple)) else (value,):
-            if isinstance(v, fx.Node):
-                written.append(v)
-    return written
-
-
-# ops that read only a tensor's metadata, never its data: no GPU work, no stream
-_METADATA_OPS = {torch.ops.aten.sym_size.int, torch.ops.aten.sym_numel.default, torch.ops.aten.sym_stride.int,
-                 torch.ops.aten.sym_storage_offset.default}
+        return hint_int(t.numel(), fallback=None) * t.element_size()
 
 
 def _returns_nothing(node: fx.Node) -> bool:
@@ -103,7 +77,7 @@ def _matches(node: fx.Node, ops: Iterable) -> bool:
 
 def extract_problem(
     gm: fx.GraphModule,
-    device: str | cost.DeviceProfile = "h100",
+    device: str | DeviceProfile = "h100",
     compute_streams: int = 1,
     comm_ops: Iterable | None = None,
     cost_fn: Callable[[fx.Node], float | None] | None = None,
@@ -113,14 +87,23 @@ def extract_problem(
     freeable_inputs: Iterable[str] = (),
     preserve_collective_order: bool = True,
     default_group_size: int = 8,
+    cost_model: CostModel | None = None,
 ) -> Problem:
     """Build the scheduling Problem of ``gm``.
+
+    Costs: ``cost_model`` if given, else `AnalyticCostModel` of ``device``
+    (``default_group_size`` sizes collectives whose process group cannot be
+    resolved, and synchronous comm ops); ``cost_fn(node)`` (seconds, or None)
+    overrides durations node by node (`CostFnOverrides`).
 
     Raises `ExtractionError` naming the node for: a node without
     ``meta["val"]``, a graph whose nodes are not in dependency order (not a
     DAG), a shape that cannot be known (symbolic without a hint).
     """
-    profile = cost.get_profile(device)
+    profile = get_profile(device)
+    costs: CostModel = cost_model if cost_model is not None else AnalyticCostModel(profile, default_group_size)
+    if cost_fn is not None:
+        costs = CostFnOverrides(costs, cost_fn)
     comm_ops = tuple(comm_ops or ())
     freeable = set(freeable_inputs)
     nodes = list(gm.graph.nodes)
@@ -177,13 +160,14 @@ def extract_problem(
         storages_of[node] = keys
 
     # ---- classification ------------------------------------------------------------------
-    task_nodes = [n for n in nodes if n.op not in ("placeholder", "get_attr", "output")]
+    task_nodes = [n for n in nodes if is_task(n)]
     task_id = {n: i for i, n in enumerate(task_nodes)}
+    info = {n: classify(n) for n in task_nodes}
 
     def collective_behind(node: fx.Node) -> fx.Node | None:
         """The collective a wait completes, looking through getitem of coalesced results."""
-        while node in task_id and not cost.is_collective(node):
-            if node.op == "call_function" and node.target.__name__ == "getitem" and node.args:
+        while node in task_id and info[node].kind is not NodeKind.COLLECTIVE:
+            if info[node].kind is NodeKind.GETITEM and node.args:
                 node = node.args[0]
             else:
                 return None
@@ -191,7 +175,7 @@ def extract_problem(
 
     primary_wait: dict[fx.Node, fx.Node] = {}
     for node in task_nodes:
-        if node.op == "call_function" and node.target is _WAIT:
+        if info[node].kind is NodeKind.WAIT:
             coll = collective_behind(node.args[0])
             if coll is None:
                 raise ExtractionError(
@@ -209,8 +193,7 @@ def extract_problem(
     allocates: dict[fx.Node, list[tuple[int, str]]] = {}
     for node in task_nodes:
         op_name = str(node.target)
-        is_wait = node.op == "call_function" and node.target is _WAIT
-        writes = _written_nodes(node)
+        is_wait = info[node].kind is NodeKind.WAIT
         if is_wait:
             coll = collective_behind(node.args[0])
             if primary_wait[coll] is node:
@@ -232,14 +215,12 @@ def extract_problem(
         allocates[node] = [canon(k) for k in fresh]
         if is_wait:
             pass
-        elif cost.is_collective(node):
+        elif info[node].kind is NodeKind.COLLECTIVE:
             role = Role.COMM
         elif _matches(node, comm_ops):
             role = Role.COMM
-        elif not fresh and not writes and (storages_of[node] or not node.all_input_nodes
-                                            or node.target in _METADATA_OPS):
-            # an alias of its input, or metadata only; an op that reads tensor data and returns a
-            # scalar (item, ...) does GPU work and must stay on the stream of its input
+        elif is_free_task(info[node], allocates=bool(fresh), holds_storage=bool(storages_of[node]),
+                          reads_nodes=bool(node.all_input_nodes)):
             role = Role.FREE
         else:
             role = Role.COMPUTE
@@ -247,20 +228,17 @@ def extract_problem(
         duration, occupancy = 0, 1.0
         if role in (Role.COMPUTE, Role.COMM):
             try:
-                if role == Role.COMM and not cost.is_collective(node):
-                    seconds = cost_fn(node) if cost_fn is not None else None
-                    if seconds is None:
-                        nbytes = sum(storage_bytes[k] for k in storages_of[node])
-                        seconds = cost.collective_time("all_reduce", nbytes, default_group_size, profile)
+                if role == Role.COMM and info[node].kind is not NodeKind.COLLECTIVE:  # a synchronous comm op
+                    nbytes = sum(storage_bytes[k] for k in storages_of[node])
+                    duration = costs.sync_comm_duration(node, nbytes, default_group_size)
                     occupancy = 1.0
                 else:
-                    seconds, occupancy = cost.node_cost(node, profile, cost_fn=cost_fn,
-                                                        default_group_size=default_group_size)
+                    duration = costs.duration(node)
+                    occupancy = costs.occupancy(node)
             except ExtractionError:
                 raise
             except Exception as e:  # the cost model cannot size this op
                 raise ExtractionError(f"node {node.name!r} ({op_name}): cannot estimate its cost: {e}") from e
-            duration = cost.to_ns(seconds)
         tasks.append(Task(name=node.name, role=role, duration=duration, occupancy=min(1.0, max(occupancy, 1e-6)),
                           waits_for=task_id[collective_behind(node.args[0])] if role == Role.WAIT else None,
                           op=op_name, movable=any(storages_of.get(i) for i in node.all_input_nodes)))
@@ -295,7 +273,7 @@ def extract_problem(
                     edges.add((last_writer[k], t))  # read after write
                 last_readers.setdefault(k, []).append(t)
         written = set()
-        for v in _written_nodes(node):
+        for v in info[node].writes:
             written.update(canon(k) for k in storages_of.get(v, ()))
         for k in written:
             for r in last_readers.get(k, []):
@@ -320,7 +298,7 @@ def extract_problem(
                               is_output=k in output_storages, freeable=prod is None and name in freeable))
 
     machine = Machine(compute_streams=compute_streams, comm_streams=comm_streams,
-                      sync_overhead=cost.to_ns(profile.sync_overhead), memory_budget=memory_budget)
+                      sync_overhead=costs.sync_overhead(), memory_budget=memory_budget)
     return Problem(tasks=tuple(tasks), edges=tuple(edges), buffers=tuple(buffers), machine=machine,
                    preserve_collective_order=preserve_collective_order,
                    name=_graph_name(gm))

@@ -50,6 +50,7 @@ from torch.fx.node import map_arg
 
 from solvercast import ops
 from solvercast.errors import InvalidScheduleError, SolvercastError
+from solvercast.nodes import classify, is_task
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 
@@ -65,21 +66,13 @@ class LoweringError(SolvercastError, ValueError):
 
 # ---- small helpers -----------------------------------------------------------------------------
 
-def _is_task_node(node: fx.Node) -> bool:
-    return node.op not in ("placeholder", "get_attr", "output")
-
-
-def _is_collective(node: fx.Node) -> bool:
-    return node.op == "call_function" and getattr(node.target, "namespace", None) in ("_c10d_functional", "c10d")
-
-
 def _keep(node: fx.Node) -> bool:
-    """Impure for dead-code elimination: side effects, collectives, waits, anchors, modules."""
+    """Impure for dead-code elimination: side effects, distributed ops (collectives, waits), anchors, modules."""
     if node.op in ("placeholder", "output", "call_module"):
         return True
     if node.op == "get_attr":
         return False
-    if _is_collective(node) or ops.is_anchor(node.target):
+    if classify(node).distributed or ops.is_anchor(node.target):
         return True
     try:
         return node.is_impure()
@@ -175,7 +168,7 @@ def lower(gm: fx.GraphModule, problem: Problem, schedule: Schedule, *, check: bo
 
         validate(problem.with_budget(None) if problem.machine.memory_budget is not None else problem, schedule)
     graph = copy.deepcopy(gm.graph)
-    task_nodes = [n for n in graph.nodes if _is_task_node(n)]
+    task_nodes = [n for n in graph.nodes if is_task(n)]
     if len(task_nodes) != problem.num_tasks:
         raise LoweringError(f"the problem has {problem.num_tasks} tasks but the graph has {len(task_nodes)} "
                             "schedulable nodes: extract the problem from this graph")

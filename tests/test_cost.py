@@ -14,7 +14,7 @@ import torch
 import torch.fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from solvercast import cost
+from solvercast import cost, roofline
 from solvercast.cost import (
     A100,
     COLLECTIVE_OCCUPANCY,
@@ -217,7 +217,7 @@ def test_attention_cpu_kernel_counts_flops():
     b, h, s, d = 2, 4, 256, 64
     spec = ((b, h, s, d), torch.bfloat16)
     gm = trace_fake(torch.nn.functional.scaled_dot_product_attention, spec, spec, spec)
-    attn = [n for n in call_nodes(gm) if cost._is_matmul_class(n.target)]
+    attn = [n for n in call_nodes(gm) if roofline._is_matmul_class(n.target)]
     assert len(attn) == 1
     # 2 matmuls (QK^T and PV), each 2*b*h*s*s*d FLOPs.
     assert node_flops(attn[0]) == 4 * b * h * s * s * d
@@ -540,3 +540,68 @@ def test_unsafe_view_after_bmm_is_free():
     views = call_nodes(gm, torch.ops.aten._unsafe_view.default)
     assert views
     assert all(compute_time(n, H100) == 0.0 for n in views)
+
+
+# ---------------------------------------------------------------------------
+# The CostModel protocol
+# ---------------------------------------------------------------------------
+
+
+def test_analytic_cost_model_is_the_cost_model_extract_uses():
+    gm = trace_fake(lambda a, b: torch.relu(a @ b), ((256, 256), torch.bfloat16), ((256, 256), torch.bfloat16))
+    model = cost.AnalyticCostModel(H100)
+    assert isinstance(model, cost.CostModel)
+    from solvercast import extract_problem
+
+    p = extract_problem(gm, device="h100")
+    assert extract_problem(gm, cost_model=model) == p
+    mm = only(gm, torch.ops.aten.mm.default)
+    t, occ = node_cost(mm, H100)
+    assert model.duration(mm) == to_ns(t) and model.occupancy(mm) == occ
+    assert model.collective_time("all_gather", 1 << 20, 8) == to_ns(collective_time("all_gather", 1 << 20, 8, H100))
+    assert model.sync_overhead() == p.machine.sync_overhead == to_ns(H100.sync_overhead)
+
+
+def test_cost_fn_overrides_durations_only():
+    gm = trace_fake(lambda a, b: torch.relu(a @ b), ((256, 256), torch.bfloat16), ((256, 256), torch.bfloat16))
+    model = cost.CostFnOverrides(cost.AnalyticCostModel(H100), lambda node: 1e-3 if node.name == "mm" else None)
+    mm, relu = only(gm, torch.ops.aten.mm.default), only(gm, torch.ops.aten.relu.default)
+    assert model.duration(mm) == 1_000_000
+    assert model.duration(relu) == cost.AnalyticCostModel(H100).duration(relu)
+    assert model.occupancy(mm) == occupancy(mm, H100)
+    with pytest.raises(ValueError, match="cost_fn returned -1.0"):
+        cost.CostFnOverrides(model, lambda node: -1.0).duration(mm)
+
+
+def test_cache_key_is_built_from_values():
+    key = cost.AnalyticCostModel(H100).cache_key()
+    twin = dataclasses.replace(H100)  # another object with the same numbers
+    assert twin is not H100 and cost.AnalyticCostModel(twin).cache_key() == key
+    assert "0x" not in key and "h100" in key
+    assert cost.AnalyticCostModel(dataclasses.replace(H100, sync_overhead=3e-6)).cache_key() != key
+    assert cost.AnalyticCostModel(H100, default_group_size=4).cache_key() != key
+    assert cost.AnalyticCostModel(A100).cache_key() != key
+
+    def measured(node):
+        return None
+
+    def other(node):
+        return 1.0
+
+    with_fn = cost.CostFnOverrides(cost.AnalyticCostModel(H100), measured).cache_key()
+    assert with_fn.startswith(key) and "0x" not in with_fn and "measured" in with_fn
+    assert with_fn == cost.CostFnOverrides(cost.AnalyticCostModel(H100), measured).cache_key()
+    assert with_fn != cost.CostFnOverrides(cost.AnalyticCostModel(H100), other).cache_key()
+
+    class Table:
+        def __call__(self, node):
+            return None
+
+        def cache_key(self):
+            return "table-v3"
+
+    assert cost.CostFnOverrides(cost.AnalyticCostModel(H100), Table()).cache_key().endswith("+cost_fn(table-v3)")
+    import functools
+
+    with pytest.raises(TypeError, match="cache_key"):
+        cost.CostFnOverrides(cost.AnalyticCostModel(H100), functools.partial(other)).cache_key()

@@ -10,6 +10,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from solvercast import ExtractionError, Role, Schedule, extract_problem, simulate
 from solvercast.models import build, fake_group, list_models
+from solvercast.nodes import NodeKind, classify
 
 _c10d = torch.ops._c10d_functional
 
@@ -73,7 +74,7 @@ def test_every_model_extracts(name):
     call_nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
     assert p.num_tasks == len(call_nodes)
     assert [t.name for t in p.tasks] == [n.name for n in call_nodes]
-    collectives = [n for n in call_nodes if str(n.target).startswith("_c10d_functional.") and "wait" not in n.name]
+    collectives = [n for n in call_nodes if classify(n).kind is NodeKind.COLLECTIVE]
     assert len(p.wait_of) == len(collectives) > 0
     r = simulate(p, Schedule.original(p))
     assert r.makespan > 0 and r.peak_memory >= p.resident_bytes

@@ -1,0 +1,216 @@
+"""What an FX node is: the one node classifier.
+
+``classify(node)`` answers, for extraction, the cost model and lowering alike:
+is the node a graph input, the output, a collective (of which kind, on which
+process group), a wait, a getitem, a metadata query, a view, or compute, and
+which of its arguments it writes in place. Everything that depends only on
+the op (the target) is decided once per target and cached; only the written
+arguments and the process group are read from the node's own arguments.
+
+Two questions sound alike and are kept apart on purpose, each with its rule:
+
+* `costs_nothing` (cost model, by the op's **schema**): the node launches no
+  kernel it must be priced for: not a ``call_function``, ``getitem``, or a
+  view (the schema returns a non-mutating alias of an input, or one of the
+  views that do not declare it). It needs no storages, so it works on any
+  node, also outside extraction.
+* `is_free_task` (extraction, by **storage**): the scheduler's FREE role:
+  the node allocates no storage, writes nothing and does no data work. It is
+  decided from the storages extraction tracks (a reshape of a contiguous
+  input is free whatever its schema says), and it also covers metadata
+  queries (``sym_size``, ...), which read no data but are not schema views.
+
+Unifying them would change results: e.g. ``call_module`` nodes cost nothing
+by schema yet are compute tasks when they allocate, and metadata queries are
+FREE tasks yet priced as a kernel launch when the cost model is asked.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import operator
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import torch.fx as fx
+
+from solvercast.collectives import CollectiveKind, kind_of_op, wait_op
+from solvercast.fxmeta import bound_args
+
+__all__ = [
+    "NodeKind", "NodeInfo", "classify", "is_collective", "is_wait", "is_task", "costs_nothing", "is_free_task",
+    "METADATA_OPS",
+]
+
+
+class NodeKind(enum.Enum):
+    """What a node does, as far as scheduling and costing care."""
+
+    INPUT = "input"  # placeholder or get_attr: a graph input
+    OUTPUT = "output"
+    OPAQUE = "opaque"  # call_module / call_method: no schema to read
+    COLLECTIVE = "collective"  # a _c10d_functional collective launch
+    WAIT = "wait"  # _c10d_functional.wait_tensor
+    GETITEM = "getitem"  # operator.getitem of a multi-output node
+    METADATA = "metadata"  # reads a tensor's metadata only (sym_size, ...)
+    VIEW = "view"  # a non-mutating alias of an input (by schema)
+    COMPUTE = "compute"  # everything else: a kernel
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """The classification of one node.
+
+    * ``collective``: the kind's record (COLLECTIVE only).
+    * ``group_name``: the process group a collective runs on, as named by its
+      ``group_name`` argument (None when it has none).
+    * ``mutated_args``: schema names of the arguments the op writes in place
+      (``self`` of ``add_``, ``out`` of an out= variant, ``input`` of
+      ``all_reduce_``); ``writes``: the nodes passed there (tensor lists
+      flattened).
+    * ``distributed``: an op of a c10d namespace (``_c10d_functional`` or
+      ``c10d``): a collective, a wait, or one the registry does not know.
+      Dead-code elimination keeps these: a rank that skipped one would leave
+      the others waiting.
+    """
+
+    kind: NodeKind
+    collective: Optional[CollectiveKind] = None
+    group_name: Optional[str] = None
+    mutated_args: tuple[str, ...] = ()
+    writes: tuple[fx.Node, ...] = ()
+    distributed: bool = False
+
+
+_aten = torch.ops.aten
+
+#: Ops that read only a tensor's metadata, never its data: no GPU work, no stream.
+METADATA_OPS = frozenset({_aten.sym_size.int, _aten.sym_numel.default, _aten.sym_stride.int,
+                          _aten.sym_storage_offset.default})
+
+# Views whose schema does not declare the alias (still no kernel).
+_UNDECLARED_VIEWS = frozenset(
+    getattr(_aten, n).default for n in ("_unsafe_view", "_reshape_alias") if hasattr(_aten, n)
+)
+
+_NODE_OPS = {"placeholder": NodeKind.INPUT, "get_attr": NodeKind.INPUT, "output": NodeKind.OUTPUT}
+
+
+@dataclass(frozen=True)
+class _OpFacts:
+    """What the target alone says."""
+
+    kind: NodeKind
+    collective: Optional[CollectiveKind]
+    written: tuple[str, ...]  # schema names of the arguments written in place
+    distributed: bool
+
+
+def _is_schema_view(target: Any) -> bool:
+    """The schema returns only non-mutating aliases and writes no argument."""
+    schema = getattr(target, "_schema", None)
+    if schema is None or not isinstance(target, torch._ops.OpOverload):
+        return False
+    if not schema.returns:
+        return False
+    for a in schema.arguments:
+        if a.alias_info is not None and a.alias_info.is_write:
+            return False
+    for r in schema.returns:
+        if r.alias_info is None or r.alias_info.is_write:
+            return False
+    return True
+
+
+def _written_args(target: Any) -> tuple[str, ...]:
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return ()
+    return tuple(a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write)
+
+
+def _op_facts(target: Any) -> _OpFacts:
+    collective = kind_of_op(target)
+    if collective is not None:
+        kind = NodeKind.COLLECTIVE
+    elif target is wait_op() and target is not None:
+        kind = NodeKind.WAIT
+    elif target is operator.getitem:
+        kind = NodeKind.GETITEM
+    elif target in METADATA_OPS:
+        kind = NodeKind.METADATA
+    elif target in _UNDECLARED_VIEWS or _is_schema_view(target):
+        kind = NodeKind.VIEW
+    else:
+        kind = NodeKind.COMPUTE
+    distributed = getattr(target, "namespace", None) in ("_c10d_functional", "c10d")
+    return _OpFacts(kind, collective, _written_args(target), distributed)
+
+
+_cached_op_facts = functools.lru_cache(maxsize=4096)(_op_facts)
+
+
+def _facts(target: Any) -> _OpFacts:
+    try:
+        return _cached_op_facts(target)
+    except TypeError:  # an unhashable target
+        return _op_facts(target)
+
+
+def classify(node: fx.Node) -> NodeInfo:
+    """The `NodeInfo` of ``node`` (never raises for a well-formed FX node)."""
+    kind = _NODE_OPS.get(node.op)
+    if kind is not None:
+        return NodeInfo(kind)
+    if node.op != "call_function":
+        return NodeInfo(NodeKind.OPAQUE)
+    facts = _facts(node.target)
+    if not facts.written and facts.kind is not NodeKind.COLLECTIVE:
+        return NodeInfo(facts.kind, distributed=facts.distributed)
+    bound = bound_args(node)
+    writes = []
+    for name in facts.written:
+        value = bound.get(name)
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(v, fx.Node):
+                writes.append(v)
+    group = bound.get("group_name") if facts.kind is NodeKind.COLLECTIVE else None
+    return NodeInfo(facts.kind, collective=facts.collective, group_name=None if group is None else str(group),
+                    mutated_args=facts.written, writes=tuple(writes), distributed=facts.distributed)
+
+
+def is_collective(node: fx.Node) -> bool:
+    """True for a ``torch.ops._c10d_functional`` collective node (not a wait)."""
+    return classify(node).kind is NodeKind.COLLECTIVE
+
+
+def is_wait(node: fx.Node) -> bool:
+    """True for ``torch.ops._c10d_functional.wait_tensor``."""
+    return classify(node).kind is NodeKind.WAIT
+
+
+def is_task(node: fx.Node) -> bool:
+    """A schedulable node: one task per node that is not a graph input or the output."""
+    return node.op not in _NODE_OPS
+
+
+def costs_nothing(info: NodeInfo) -> bool:
+    """The cost model prices the node at 0 (by schema; see the module docstring):
+    not a ``call_function``, ``getitem``, or a view."""
+    return info.kind in (NodeKind.INPUT, NodeKind.OUTPUT, NodeKind.OPAQUE, NodeKind.GETITEM, NodeKind.VIEW)
+
+
+def is_free_task(info: NodeInfo, *, allocates: bool, holds_storage: bool, reads_nodes: bool) -> bool:
+    """The scheduler's FREE role (by storage; see the module docstring).
+
+    ``allocates``: the node's value has a storage no earlier node had;
+    ``holds_storage``: its value has any storage; ``reads_nodes``: it has
+    input nodes. Free: allocates nothing, writes nothing, and is an alias of
+    its input, reads nothing, or reads metadata only. An op that reads tensor
+    data and returns a scalar (``item``) does GPU work and is not free.
+    """
+    if allocates or info.writes:
+        return False
+    return holds_storage or not reads_nodes or info.kind is NodeKind.METADATA
