@@ -21,45 +21,12 @@ import random
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from solvercast.testing import LocalCollectives, run_local
 
 C10D = torch.ops._c10d_functional
 
 METHODS = ("auto", "cpsat", "milp", "heuristic", "list", "nondelay", "comm_priority", "original")
-
-
-class LocalCollectives(TorchDispatchMode):
-    """Deterministic stand-ins for the functional collectives (right shapes, no process group), so
-    that outputs can be compared bit for bit; every other op runs as is. The in-place all-reduce
-    writes its input, as the real one does."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is C10D.all_reduce.default:
-            return args[0] * 2
-        if func is C10D.all_reduce_.default:
-            return args[0].mul_(2)
-        if func is C10D.all_reduce_coalesced.default:
-            return [t * 2 for t in args[0]]
-        if func is C10D.all_gather_into_tensor.default:
-            t, w = args[0], args[1]
-            return torch.cat([t * (i + 1) for i in range(w)])
-        if func is C10D.reduce_scatter_tensor.default:
-            t, w = args[0], args[2]
-            return t.reshape(w, t.shape[0] // w, *t.shape[1:]).sum(0)
-        if func is C10D.all_to_all_single.default:
-            t, ins = args[0], list(args[2])
-            return torch.cat(list(reversed(t.split(ins))))
-        if func is C10D.wait_tensor.default:
-            return args[0]
-        return func(*args, **kwargs)
-
-
-def run_local(gm, args: list[torch.Tensor]) -> list[torch.Tensor]:
-    """``gm(*args)`` with `LocalCollectives`, outputs as a flat list."""
-    with torch.no_grad(), LocalCollectives():
-        out = gm(*args)
-    return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 # ---- programs -----------------------------------------------------------------------------------

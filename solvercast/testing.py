@@ -1,9 +1,13 @@
-"""Seeded random Problems, built directly (no FX), and random inputs for FX graphs, for tests and
+"""Seeded random Problems, built directly (no FX), random topological orders, random inputs for FX
+graphs, and deterministic local collectives to run them with (`LocalCollectives`), for tests and
 experiments."""
 
 from __future__ import annotations
 
 import random
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from solvercast.problem import Buffer, Machine, Problem, Role, Task
 
@@ -130,8 +134,6 @@ def random_topological_order(problem: Problem, rng: random.Random, keep_comm_ord
 def random_inputs(gm, seed: int = 0, device: str = "cpu") -> list:
     """Random tensors of ``gm``'s placeholders' shapes and dtypes (from ``meta["val"]``), scaled by
     1/sqrt(last dim) so that deep graphs stay finite; integer inputs are 0/1."""
-    import torch
-
     gen = torch.Generator().manual_seed(seed)
     out = []
     for node in gm.graph.nodes:
@@ -144,3 +146,40 @@ def random_inputs(gm, seed: int = 0, device: str = "cpu") -> list:
         else:
             out.append(torch.randint(0, 2, tuple(val.shape), generator=gen, dtype=val.dtype))
     return [t.to(device) for t in out]
+
+
+_C10D = torch.ops._c10d_functional
+
+
+class LocalCollectives(TorchDispatchMode):
+    """Deterministic stand-ins for the functional collectives (right shapes, no process group), so
+    that outputs can be compared bit for bit; every other op runs as is. The in-place all-reduce
+    writes its input, as the real one does."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is _C10D.all_reduce.default:
+            return args[0] * 2
+        if func is _C10D.all_reduce_.default:
+            return args[0].mul_(2)
+        if func is _C10D.all_reduce_coalesced.default:
+            return [t * 2 for t in args[0]]
+        if func is _C10D.all_gather_into_tensor.default:
+            t, w = args[0], args[1]
+            return torch.cat([t * (i + 1) for i in range(w)])
+        if func is _C10D.reduce_scatter_tensor.default:
+            t, w = args[0], args[2]
+            return t.reshape(w, t.shape[0] // w, *t.shape[1:]).sum(0)
+        if func is _C10D.all_to_all_single.default:
+            t, ins = args[0], list(args[2])
+            return torch.cat(list(reversed(t.split(ins))))
+        if func is _C10D.wait_tensor.default:
+            return args[0]
+        return func(*args, **kwargs)
+
+
+def run_local(gm, args: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``gm(*args)`` with `LocalCollectives`, outputs as a flat list."""
+    with torch.no_grad(), LocalCollectives():
+        out = gm(*args)
+    return list(out) if isinstance(out, (tuple, list)) else [out]

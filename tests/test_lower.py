@@ -9,12 +9,11 @@ import pytest
 import torch
 import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from solvercast import InvalidScheduleError, Role, Schedule, extract_problem, validate
 from solvercast import ops
 from solvercast.lower import LoweringError, anchor_nodes, lower, strip_anchors
-from solvercast.testing import random_inputs
+from solvercast.testing import random_inputs, run_local as run
 from solvercast.models import build, list_models
 
 C10D = torch.ops._c10d_functional
@@ -27,16 +26,6 @@ STRUCTURE_CASES = CASES + [("fsdp_layers", {"layers": 3}), ("synthetic", {"tasks
 def _case_id(case) -> str:
     name, params = case
     return name + "".join(f"-{k}{v}" for k, v in params.items())
-
-
-_GRAPHS: dict[str, fx.GraphModule] = {}
-
-
-def _build(name: str, params: dict) -> fx.GraphModule:
-    key = _case_id((name, params))
-    if key not in _GRAPHS:
-        _GRAPHS[key] = build(name, **params)
-    return _GRAPHS[key]
 
 
 # ---- helpers: schedules, inputs, deterministic local collectives --------------------------------
@@ -70,34 +59,6 @@ def random_schedule(problem, seed: int, streams: bool = True) -> Schedule:
 
 def real_inputs(gm: fx.GraphModule, seed: int = 0) -> list[torch.Tensor]:
     return random_inputs(gm, seed)
-
-
-class LocalCollectives(TorchDispatchMode):
-    """Deterministic stand-ins for the functional collectives (right shapes, no process group), so
-    that outputs can be compared bit for bit; every other op runs as is."""
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is C10D.all_reduce.default:
-            return args[0] * 2
-        if func is C10D.all_gather_into_tensor.default:
-            t, w = args[0], args[1]
-            return torch.cat([t * (i + 1) for i in range(w)])
-        if func is C10D.reduce_scatter_tensor.default:
-            t, w = args[0], args[2]
-            return t.reshape(w, t.shape[0] // w, *t.shape[1:]).sum(0)
-        if func is C10D.all_to_all_single.default:
-            t, ins = args[0], list(args[2])
-            return torch.cat(list(reversed(t.split(ins))))
-        if func is WAIT:
-            return args[0]
-        return func(*args, **kwargs)
-
-
-def run(gm, args):
-    with torch.no_grad(), LocalCollectives():
-        out = gm(*args)
-    return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
 def assert_identical(a: list, b: list) -> None:
@@ -328,8 +289,8 @@ def test_cuda_runtime_streams_and_events():
 # ---- lowering --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
-def test_original_schedule_gives_original_graph(case):
-    gm = _build(*case)
+def test_original_schedule_gives_original_graph(case, zoo_graph):
+    gm = zoo_graph(case[0], **case[1])
     for streams in (1, 2):
         problem = extract_problem(gm, compute_streams=streams)
         low = lower(gm, problem, Schedule.original(problem))
@@ -352,8 +313,8 @@ def test_input_module_untouched():
 
 
 @pytest.mark.parametrize("case", STRUCTURE_CASES, ids=_case_id)
-def test_random_schedules_structure(case):
-    gm = _build(*case)
+def test_random_schedules_structure(case, zoo_graph):
+    gm = zoo_graph(case[0], **case[1])
     problem = extract_problem(gm, compute_streams=2)
     for seed in range(4):
         schedule = random_schedule(problem, seed)
@@ -380,19 +341,19 @@ def _heuristic_schedules(problem):
 _REFS: dict[str, tuple[list, list]] = {}
 
 
-def _reference(case):
+def _reference(case, zoo_graph):
     key = _case_id(case)
     if key not in _REFS:
-        gm = _build(*case)
+        gm = zoo_graph(case[0], **case[1])
         args = real_inputs(gm)
         _REFS[key] = (args, run(gm, args))
     return _REFS[key]
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
-def test_lowered_outputs_identical(case):
-    gm = _build(*case)
-    args, ref = _reference(case)
+def test_lowered_outputs_identical(case, zoo_graph):
+    gm = zoo_graph(case[0], **case[1])
+    args, ref = _reference(case, zoo_graph)
     problem = extract_problem(gm, compute_streams=2)
     schedules = [random_schedule(problem, 1)] + _heuristic_schedules(problem)
     for schedule in schedules:
@@ -402,12 +363,12 @@ def test_lowered_outputs_identical(case):
 
 
 @pytest.mark.parametrize("case", CASES[: len(list_models())], ids=_case_id)
-def test_lowered_graph_retraces_and_extracts(case):
-    gm = _build(*case)
+def test_lowered_graph_retraces_and_extracts(case, zoo_graph):
+    gm = zoo_graph(case[0], **case[1])
     problem = extract_problem(gm, compute_streams=2)
     schedule = random_schedule(problem, 3)
     low = lower(gm, problem, schedule)
-    args, ref = _reference(case)
+    args, ref = _reference(case, zoo_graph)
 
     # make_fx re-traces it (fake tensors), anchors and all
     retraced = make_fx(low, tracing_mode="fake")(*args)

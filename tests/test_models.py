@@ -10,15 +10,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensor
 
 from solvercast.models import build, describe, group_is_registered, list_models
-
-C10D = torch.ops._c10d_functional
-WAIT = C10D.wait_tensor.default
-COLLECTIVES = {
-    C10D.all_reduce.default: "all_reduce",
-    C10D.all_gather_into_tensor.default: "all_gather",
-    C10D.reduce_scatter_tensor.default: "reduce_scatter",
-    C10D.all_to_all_single.default: "all_to_all",
-}
+from solvercast.nodes import classify, is_collective, is_wait
 
 EXPECTED_KINDS = {
     "tp_mlp": {"all_reduce"},
@@ -83,15 +75,15 @@ def test_graph_well_formed(case, zoo_graph):
     kinds = set()
     n_coll = n_wait = 0
     for node in nodes:
-        if node.target in COLLECTIVES:
+        if is_collective(node):
             n_coll += 1
-            kinds.add(COLLECTIVES[node.target])
+            kinds.add(classify(node).collective.name)
             users = list(node.users)
-            assert len(users) == 1 and users[0].target is WAIT, f"{node.name} users: {users}"
-        elif node.target is WAIT:
+            assert len(users) == 1 and is_wait(users[0]), f"{node.name} users: {users}"
+        elif is_wait(node):
             n_wait += 1
             (src,) = node.all_input_nodes
-            assert src.target in COLLECTIVES
+            assert is_collective(src)
             assert node.users, f"wait {node.name} is dead"
     assert n_coll == n_wait > 0
     assert EXPECTED_KINDS[name] <= kinds
@@ -101,8 +93,8 @@ def test_graph_well_formed(case, zoo_graph):
     ws = params.get("world_size", describe(name)["defaults"]["world_size"])
     assert info["world_size"] == ws
     for node in nodes:
-        if node.target in COLLECTIVES:
-            assert node.args[-1] == info["group_name"]
+        if is_collective(node):
+            assert classify(node).group_name == info["group_name"]
     if group_is_registered(ws):
         from torch.distributed.distributed_c10d import _resolve_process_group
 
@@ -157,12 +149,12 @@ def test_wait_placed_where_value_is_used(zoo_graph):
     # tp_mlp: the wait sits right before the residual add that consumes it
     gm = zoo_graph("tp_mlp")
     for node in gm.graph.nodes:
-        if node.target is WAIT:
+        if is_wait(node):
             assert node.next.op == "call_function" and node in node.next.all_input_nodes
     # fsdp: reduce_scatter waits are deferred to the optimizer step at the end
     gm = build("fsdp_layers", layers=3)
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
-    rs = [n for n in gm.graph.nodes if n.target is C10D.reduce_scatter_tensor.default]
+    rs = [n for n in gm.graph.nodes if is_collective(n) and classify(n).collective.name == "reduce_scatter"]
     assert len(rs) == 3
     assert all(order[next(iter(n.users))] > order[rs[-1]] for n in rs)
 
@@ -170,8 +162,8 @@ def test_wait_placed_where_value_is_used(zoo_graph):
 def test_fsdp_scales():
     gm = build("fsdp_layers", layers=8)
     assert len(gm.graph.nodes) >= 300
-    ag = [n for n in gm.graph.nodes if n.target is C10D.all_gather_into_tensor.default]
-    rs = [n for n in gm.graph.nodes if n.target is C10D.reduce_scatter_tensor.default]
+    ag = [n for n in gm.graph.nodes if is_collective(n) and classify(n).collective.name == "all_gather"]
+    rs = [n for n in gm.graph.nodes if is_collective(n) and classify(n).collective.name == "reduce_scatter"]
     assert len(ag) == 16 and len(rs) == 8  # forward + backward gathers, one grad reduce_scatter per layer
 
 
@@ -188,7 +180,7 @@ def test_synthetic_size(tasks):
     assert abs(n - tasks) <= 0.1 * tasks
     calls = [x for x in gm.graph.nodes if x.op == "call_function"]
     assert len(calls) == tasks
-    n_coll = sum(1 for x in calls if x.target in COLLECTIVES)
+    n_coll = sum(1 for x in calls if is_collective(x))
     assert 0.05 * tasks <= n_coll <= 0.2 * tasks
 
 
@@ -205,14 +197,14 @@ def test_synthetic_waits_not_all_adjacent():
     gaps = []
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     for node in gm.graph.nodes:
-        if node.target is WAIT:
+        if is_wait(node):
             gaps.append(order[node] - order[node.args[0]])
     assert max(gaps) > 1 and min(gaps) >= 1
 
 
 def test_synthetic_no_collectives():
     gm = build("synthetic", tasks=100, comm_fraction=0.0)
-    assert not any(n.target in COLLECTIVES or n.target is WAIT for n in gm.graph.nodes)
+    assert not any(is_collective(n) or is_wait(n) for n in gm.graph.nodes)
     assert sum(1 for n in gm.graph.nodes if n.op == "call_function") == 100
 
 
