@@ -35,7 +35,7 @@ def test_small_windows_and_placement_are_valid_and_never_worse(seed):
     p = random_problem(seed, 60, sync_overhead=3)
     budget = simulate(p, Schedule.original(p)).peak_memory
     start = Schedule.original(p)
-    windows = solve_windows(p, start, time_limit=6, memory_budget=budget, window=20, per_window=1)
+    windows = solve_windows(p, start, time_limit=2, memory_budget=budget, window=20, per_window=0.5)
     validate(p, windows.schedule, memory_budget=budget)
     assert windows.simulated.makespan <= simulate(p, start).makespan
     assert windows.stats["windows_tried"] >= 1
@@ -43,7 +43,7 @@ def test_small_windows_and_placement_are_valid_and_never_worse(seed):
         assert windows.schedule == start
 
     hint = best_heuristic(p, budget)
-    placed = solve_placement(p, hint, time_limit=3, memory_budget=budget)
+    placed = solve_placement(p, hint, time_limit=1, memory_budget=budget)
     validate(p, placed.schedule, memory_budget=budget)
     assert placed.simulated.makespan <= simulate(p, hint).makespan
     compute = [t for t in hint.order if p.tasks[t].role == Role.COMPUTE]
