@@ -130,6 +130,12 @@ def extract_problem(
             key = alias_of[key]
         return key
 
+    def unite(mine, theirs) -> None:
+        """``mine`` is the same storage as ``theirs`` from now on."""
+        a, b = canon(mine), canon(theirs)
+        if a != b:
+            alias_of[a] = b
+
     def value_of(node: fx.Node):
         if node.op == "get_attr" and "val" not in node.meta:
             obj = gm
@@ -173,6 +179,30 @@ def extract_problem(
                 return None
         return node if node in task_id else None
 
+    # Aliasing by schema: a view, an in-place or out= result, a getitem of a multi-output op is its
+    # input's storage. Fake traces share storages already; real traces give every value its own.
+    for node in task_nodes:
+        for r, src in enumerate(info[node].aliases):
+            if src is None or src not in storages_of:
+                continue
+            if info[node].kind is NodeKind.GETITEM:
+                container = value_of(src)
+                if not isinstance(container, (list, tuple)) or not isinstance(node.args[1], int):
+                    continue
+                theirs = [_storage_key(t) for t in _tensors(container[node.args[1]])]
+                mine = storages_of[node]
+            else:
+                val = value_of(node)
+                returned = val[r] if len(info[node].aliases) > 1 and isinstance(val, (list, tuple)) else val
+                mine = [_storage_key(t) for t in _tensors(returned)]
+                theirs = storages_of[src]
+            if len(theirs) == 1:
+                for m in mine:
+                    unite(m, theirs[0])
+            elif len(mine) == len(theirs):
+                for m, t in zip(mine, theirs):
+                    unite(m, t)
+
     primary_wait: dict[fx.Node, fx.Node] = {}
     for node in task_nodes:
         if info[node].kind is NodeKind.WAIT:
@@ -199,14 +229,12 @@ def extract_problem(
             if primary_wait[coll] is node:
                 # a wait hands back its collective's buffer
                 for mine, theirs in zip(storages_of[node], storages_of[node.args[0]]):
-                    if canon(mine) != canon(theirs):
-                        alias_of[mine] = canon(theirs)
+                    unite(mine, theirs)
                 role = Role.WAIT
                 extra_edges.append((task_id[coll], task_id[node]))
             else:  # a second wait on a coalesced collective: completed already by the first
                 for mine, theirs in zip(storages_of[node], storages_of[node.args[0]]):
-                    if canon(mine) != canon(theirs):
-                        alias_of[mine] = canon(theirs)
+                    unite(mine, theirs)
                 role = Role.FREE
                 extra_edges.append((task_id[primary_wait[coll]], task_id[node]))
         fresh = [k for k in storages_of[node] if canon(k) not in known_storages]
@@ -259,8 +287,10 @@ def extract_problem(
 
     users: dict[tuple[int, str], set[int]] = {k: set() for k in producer}
     edges: set[tuple[int, int]] = set(extra_edges)
+    # Any two tasks touching one storage, one of them writing, keep their order. A write ends with its
+    # task, an in-place collective's with its wait (the library writes the buffer until then).
     last_readers: dict[tuple[int, str], list[int]] = {}  # readers since the last write, per storage
-    last_writer: dict[tuple[int, str], int] = {}
+    last_writer: dict[tuple[int, str], tuple[int, int]] = {}  # storage -> (writing task, task its write ends at)
     for node in task_nodes:
         t = task_id[node]
         for inp in node.all_input_nodes:
@@ -269,8 +299,12 @@ def extract_problem(
             for k in storages_of.get(inp, ()):
                 k = canon(k)
                 users[k].add(t)
-                if k in last_writer and last_writer[k] != t:
-                    edges.add((last_writer[k], t))  # read after write
+                if k in last_writer:  # read after write
+                    writer, done = last_writer[k]
+                    if done < t:
+                        edges.add((done, t))
+                    elif writer < t:  # read between an in-place collective and its wait
+                        edges.add((writer, t))
                 last_readers.setdefault(k, []).append(t)
         written = set()
         for v in info[node].writes:
@@ -282,7 +316,8 @@ def extract_problem(
                 wait = primary_wait.get(task_nodes[r])
                 if wait is not None and task_id[wait] < t:
                     edges.add((task_id[wait], t))  # the collective reads it until its wait
-            last_writer[k] = t
+            wait = primary_wait.get(node) if info[node].kind is NodeKind.COLLECTIVE else None
+            last_writer[k] = (t, task_id[wait] if wait is not None else t)
             last_readers[k] = []
 
     output_storages: set[tuple[int, str]] = set()

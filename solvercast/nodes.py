@@ -70,6 +70,11 @@ class NodeInfo:
       (``self`` of ``add_``, ``out`` of an out= variant, ``input`` of
       ``all_reduce_``); ``writes``: the nodes passed there (tensor lists
       flattened).
+    * ``aliases``: per schema return, the input node it is an alias of (its
+      schema's alias annotation, ``Tensor(a)`` / ``Tensor(a!)``: views,
+      in-place and out= results), or None for a fresh result; for a
+      ``getitem``, its container. Storages of traced values are not enough:
+      values traced with real tensors get a storage each, views included.
     * ``distributed``: an op of a c10d namespace (``_c10d_functional`` or
       ``c10d``): a collective, a wait, or one the registry does not know.
       Dead-code elimination keeps these: a rank that skipped one would leave
@@ -81,6 +86,7 @@ class NodeInfo:
     group_name: Optional[str] = None
     mutated_args: tuple[str, ...] = ()
     writes: tuple[fx.Node, ...] = ()
+    aliases: tuple[Optional[fx.Node], ...] = ()
     distributed: bool = False
 
 
@@ -106,6 +112,7 @@ class _OpFacts:
     collective: Optional[CollectiveKind]
     written: tuple[str, ...]  # schema names of the arguments written in place
     distributed: bool
+    return_aliases: tuple[Optional[str], ...] = ()  # per return, the argument whose alias set it shares
 
 
 def _is_schema_view(target: Any) -> bool:
@@ -131,6 +138,29 @@ def _written_args(target: Any) -> tuple[str, ...]:
     return tuple(a.name for a in schema.arguments if a.alias_info is not None and a.alias_info.is_write)
 
 
+def _return_aliases(target: Any) -> tuple[Optional[str], ...]:
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return ()
+    by_set = {}
+    for a in schema.arguments:
+        if a.alias_info is not None:
+            for alias_set in a.alias_info.before_set:
+                by_set.setdefault(alias_set, a.name)
+    # ``Tensor(a)[]`` (split, unbind, chunk): the annotation sits on the list's elements, which the
+    # Python schema does not expose; the argument is the one annotated ``Tensor(a -> *)``
+    into_wildcard = [a.name for a in schema.arguments if a.alias_info is not None and "*" in a.alias_info.after_set]
+    out = []
+    for r in schema.returns:
+        if r.alias_info is None:
+            out.append(None)
+        elif r.alias_info.before_set:
+            out.append(next((by_set[x] for x in r.alias_info.before_set if x in by_set), None))
+        else:
+            out.append(into_wildcard[0] if len(into_wildcard) == 1 else None)
+    return tuple(out) if any(out) else ()
+
+
 def _op_facts(target: Any) -> _OpFacts:
     collective = kind_of_op(target)
     if collective is not None:
@@ -146,7 +176,7 @@ def _op_facts(target: Any) -> _OpFacts:
     else:
         kind = NodeKind.COMPUTE
     distributed = getattr(target, "namespace", None) in ("_c10d_functional", "c10d")
-    return _OpFacts(kind, collective, _written_args(target), distributed)
+    return _OpFacts(kind, collective, _written_args(target), distributed, _return_aliases(target))
 
 
 _cached_op_facts = functools.lru_cache(maxsize=4096)(_op_facts)
@@ -167,9 +197,14 @@ def classify(node: fx.Node) -> NodeInfo:
     if node.op != "call_function":
         return NodeInfo(NodeKind.OPAQUE)
     facts = _facts(node.target)
-    if not facts.written and facts.kind is not NodeKind.COLLECTIVE:
+    if facts.kind is NodeKind.GETITEM:
+        container = node.args[0] if node.args and isinstance(node.args[0], fx.Node) else None
+        return NodeInfo(facts.kind, aliases=(container,), distributed=facts.distributed)
+    if not facts.written and not facts.return_aliases and facts.kind is not NodeKind.COLLECTIVE:
         return NodeInfo(facts.kind, distributed=facts.distributed)
     bound = bound_args(node)
+    aliases = tuple(bound.get(name) if name is not None and isinstance(bound.get(name), fx.Node) else None
+                    for name in facts.return_aliases)
     writes = []
     for name in facts.written:
         value = bound.get(name)
@@ -178,7 +213,8 @@ def classify(node: fx.Node) -> NodeInfo:
                 writes.append(v)
     group = bound.get("group_name") if facts.kind is NodeKind.COLLECTIVE else None
     return NodeInfo(facts.kind, collective=facts.collective, group_name=None if group is None else str(group),
-                    mutated_args=facts.written, writes=tuple(writes), distributed=facts.distributed)
+                    mutated_args=facts.written, writes=tuple(writes), aliases=aliases,
+                    distributed=facts.distributed)
 
 
 def is_collective(node: fx.Node) -> bool:

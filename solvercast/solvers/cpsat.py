@@ -25,11 +25,11 @@ from solvercast.solvers.cpsat_model import CpsatModel, model_horizon_cap
 from solvercast.solvers.result import Outcome, SolveResult, best_valid
 from solvercast.solvers.scope import Scope
 
-# CP-SAT deterministic time per wall-clock second on these models, 2 cores, 2 workers: measured 0.05-0.12
-# with the other core busy (synthetic 300 tasks, fsdp_layers 4 layers) and 0.19-0.27 on an idle machine.
-# 0.1 lets an idle machine use a third to a half of its limit deterministically (measured: 3.4 s of 10 s on
-# fsdp_layers 4 layers); on a busy one the wall clock may end
-# the search first, and the result says so (stats["stopped_by_wall_clock"], and optimize's report).
+# CP-SAT deterministic time per wall-clock second, one worker (deterministic mode), idle 2-core machine,
+# while it searches: 0.18-0.52 on fsdp_layers 2-4 layers, 0.25-1.35 on synthetic 50-200 tasks, 0.30-1.6 on
+# random fuzz programs (an earlier 2-worker measure: 0.05-0.12 with the other core busy). 0.1 keeps the
+# deterministic limit ahead of the wall clock, which caps the call; where the wall clock ends the search
+# first the result says so (stats["stopped_by_wall_clock"], and optimize's report).
 DETERMINISTIC_UNITS_PER_SECOND = 0.1
 
 #: with several streams, how many of the newest solutions CP-SAT reported are simulated to pick the best
@@ -128,11 +128,16 @@ def solve_cpsat(
 
     solver = cp_model.CpSolver()
     params = solver.parameters
-    params.num_workers = workers
     params.random_seed = seed
     if deterministic:
+        # One worker: CP-SAT's parallel search is a race between its workers (other ranks, other
+        # schedules) whatever the time limit; its interleaved search is deterministic but, in OR-Tools
+        # 9.15, ignores max_deterministic_time and idles after a proof until the wall clock ends it
+        # (measured, experiments/results/fuzz.md). A single worker honours both.
+        params.num_workers = 1
         params.max_deterministic_time = time_limit * DETERMINISTIC_UNITS_PER_SECOND
-        params.interleave_search = False
+    else:
+        params.num_workers = workers
     # Deterministic time advances slower than the wall clock on this problem (measured on 2 cores:
     # DETERMINISTIC_UNITS_PER_SECOND); the budget is converted so that the deterministic limit, which
     # gives the same answer on every rank, normally ends the search, and the wall clock caps the call.
@@ -162,7 +167,7 @@ def solve_cpsat(
     exact = (factor == 1 and not fixed_order and window is None and not left_shift
              and not (sync_comm and problem.machine.compute_streams > 1))
     bound = int(solver.BestObjectiveBound()) if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and exact else None
-    stopped_by_wall = deterministic and solver.WallTime() >= wall_cap * 0.98
+    stopped_by_wall = deterministic and status != cp_model.OPTIMAL and solver.WallTime() >= wall_cap * 0.98
     stats = {"scale": factor, "stopped_by_wall_clock": stopped_by_wall, "build_time": build_time,
              "deterministic_time": solver.deterministic_time, "solver_wall_time": solver.WallTime(), "variables": len(model.m.Proto().variables),
              "constraints": len(model.m.Proto().constraints), "branches": solver.NumBranches()}
