@@ -52,6 +52,13 @@ class OptimizeResult:
                        memory_budget=self.report.memory_budget)
 
 
+def _check_arguments(method: str, time_limit: float) -> None:
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:
+        raise ValueError(f"time_limit must be > 0 seconds, got {time_limit!r}")
+
+
 def optimize(
     gm: fx.GraphModule,
     time_limit: float = 10.0,
@@ -78,10 +85,7 @@ def optimize(
     method reached) when nothing fits the budget, `ExtractionError` for graphs
     without shape metadata, `ValueError` for bad arguments.
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    if time_limit <= 0:
-        raise ValueError(f"time_limit must be > 0 seconds, got {time_limit!r}")
+    _check_arguments(method, time_limit)
     say = progress or (lambda msg: None)
     clock = time.perf_counter()
     phases: dict[str, float] = {}
@@ -168,7 +172,12 @@ def _solve(problem: Problem, method: str, time_left: float, deterministic: bool,
 
     if hint is None and entry.needs_hint:
         raise hint_error  # reduced models keep parts of a heuristic schedule: they need one
-    res = entry.run(problem, hint, time_left, deterministic, say)
+    try:
+        res = entry.run(problem, hint, time_left, deterministic, say)
+    except InfeasibleBudgetError as e:
+        if e.best_peak is None and hint_error is not None:  # the solver's proof: the heuristics' smallest peak
+            e.best_peak = hint_error.best_peak
+        raise
     phase("solve")
     info.update(solver=method, solver_status=res.status.value,
                 solver_raw_status=res.solver_status, solver_objective=res.objective, solver_bound=res.bound,
@@ -229,6 +238,13 @@ class SolvercastPass:
     _registered = False
 
     def __init__(self, **options):
+        import inspect
+
+        known = set(inspect.signature(optimize).parameters) - {"gm"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TypeError(f"SolvercastPass got unknown option(s) {unknown}; optimize takes {sorted(known)}")
+        _check_arguments(options.get("method", "auto"), options.get("time_limit", 10.0))
         self.options = options
         self.last_result: OptimizeResult | None = None
         self.calls = 0
@@ -290,17 +306,29 @@ class SolvercastPass:
         self.last_result = result
 
     def uuid(self) -> str:
-        """A stable id for Inductor's cache key: the options (not ``progress``) and solvercast's sources."""
+        """A stable id for Inductor's cache key: the options (not ``progress``; a ``cost_fn`` by its
+        `CostFnOverrides.cache_key`, never by its address) and the sources of every solvercast package
+        (``heuristics`` and ``models`` live in other folders of a source checkout)."""
         import hashlib
+        import importlib
         from pathlib import Path
 
-        h = hashlib.sha256(b"solvercast.SolvercastPass/1\0")
+        from solvercast.cost import AnalyticCostModel, CostFnOverrides
+        from solvercast.device import get_profile
+
+        h = hashlib.sha256(b"solvercast.SolvercastPass/2\0")
         for key in sorted(self.options):
-            if key != "progress":
-                h.update(f"{key}={self.options[key]!r}\0".encode())
-        package = Path(__file__).resolve().parent
-        for path in sorted(package.rglob("*.py")):
-            h.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
+            value = self.options[key]
+            if key == "progress":
+                continue
+            if key == "cost_fn" and value is not None:
+                value = CostFnOverrides(AnalyticCostModel(get_profile(self.options.get("device", "h100"))),
+                                        value).cache_key()
+            h.update(f"{key}={value!r}\0".encode())
+        for package in ("solvercast", "solvercast.heuristics", "solvercast.models"):
+            root = Path(importlib.import_module(package).__file__).resolve().parent
+            for path in sorted(root.glob("*.py")) + sorted(root.glob("solvers/*.py")):
+                h.update(f"{package}/{path.relative_to(root).as_posix()}\0".encode() + path.read_bytes())
         return h.hexdigest()
 
     def __repr__(self) -> str:

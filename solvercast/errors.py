@@ -19,6 +19,11 @@ class InvalidScheduleError(SolvercastError, ValueError):
     """A Schedule breaks a rule of the execution semantics (see DESIGN.md)."""
 
 
+class UnsupportedProblemError(SolvercastError, ValueError):
+    """The chosen method cannot schedule this problem (too large, streams or budget it does not
+    model); the message names what works instead."""
+
+
 class InfeasibleBudgetError(SolvercastError):
     """No method found a schedule within the memory budget.
 

@@ -93,3 +93,47 @@ def test_repeated_solves_give_the_same_schedule_and_say_no_wall_clock():
     assert len({r.gm.code for r in runs}) == 1
     assert len({(r.schedule.order, tuple(sorted(r.schedule.streams.items()))) for r in runs}) == 1
     assert not any("wall clock" in (r.report.solver_message or "") for r in runs)
+
+
+def test_milp_out_of_its_range_is_refused_with_what_works():
+    """method='milp' with more than 20 tasks, or 2 streams with a budget (the default included): a
+    SolvercastError naming what works, not a NotImplementedError / bare ValueError."""
+    from solvercast.errors import UnsupportedProblemError
+    from solvercast.models import build
+
+    with pytest.raises(UnsupportedProblemError, match="cpsat"):
+        optimize(build("tp_block", layers=2), time_limit=2, method="milp")
+    args = [torch.randn(64, 64), torch.randn(64, 64)]
+    small = make_fx(_write_through_a_view_after_a_read, tracing_mode="fake")(*args)
+    with pytest.raises(UnsupportedProblemError, match="compute_streams=1"):
+        optimize(small, time_limit=2, method="milp", compute_streams=2)
+    assert optimize(small, time_limit=2, method="milp", compute_streams=2, memory_budget=math.inf).schedule
+
+
+def test_a_budget_no_schedule_meets_is_an_infeasible_budget_error_with_best_peak():
+    """Fuzz program 0, 2 streams, budget 0.9, cpsat: no heuristic meets it and every CP-SAT solution
+    re-simulates over it; it was an InvalidScheduleError escaping solve_cpsat."""
+    from solvercast.errors import InfeasibleBudgetError
+    from solvercast.fuzz import random_program, trace_program
+
+    gm = trace_program(random_program(0), "fake")
+    with pytest.raises(InfeasibleBudgetError) as e:
+        optimize(gm, time_limit=1, method="cpsat", compute_streams=2, memory_budget=0.9)
+    assert e.value.best_peak is not None and e.value.best_peak > 0
+
+
+def test_solvercast_pass_checks_its_options_and_keys_cost_fn_by_code():
+    from solvercast import SolvercastPass
+
+    with pytest.raises(TypeError, match="bogus_option"):
+        SolvercastPass(bogus_option=3)
+    with pytest.raises(ValueError, match="method"):
+        SolvercastPass(method="fastest")
+
+    def make_cost_fn():
+        return lambda node: None  # a new function object each call, same code
+
+    a, b = make_cost_fn(), make_cost_fn()
+    assert a is not b
+    assert SolvercastPass(cost_fn=a).uuid() == SolvercastPass(cost_fn=b).uuid()
+    assert SolvercastPass(cost_fn=a).uuid() != SolvercastPass().uuid()

@@ -4,7 +4,7 @@ import pytest
 
 from oracle import brute_force
 from solvercast.bounds import lower_bounds
-from solvercast.errors import InfeasibleBudgetError
+from solvercast.errors import InfeasibleBudgetError, UnsupportedProblemError
 from solvercast.problem import Buffer, Machine, Problem, Role, Task
 from solvercast.schedule import Schedule
 from solvercast.simulate import simulate, validate
@@ -136,11 +136,11 @@ def test_infeasible_budget_raises():
 
 
 def test_limits_are_explicit():
-    with pytest.raises(ValueError, match="cpsat"):
+    with pytest.raises(UnsupportedProblemError, match="cpsat"):
         solve_milp(random_problem(0, 25))
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(UnsupportedProblemError):
         solve_milp(random_problem(0, 6, compute_streams=2), memory_budget=10**6)
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(UnsupportedProblemError):
         solve_milp(random_problem(0, 6, compute_streams=3))
     with pytest.raises(ValueError):
         solve_milp(_hand_problem(), solver="gurobi")

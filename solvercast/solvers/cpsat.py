@@ -188,8 +188,8 @@ def solve_cpsat(
     earlier = [c for c in callback.schedules[::-1][:KEPT_SOLUTIONS_JUDGED] if c != final]
     schedule, sim, errors = best_valid(problem, [final] + earlier, budget, left_shift)
     if schedule is None:
-        if hint is None:
-            raise errors[0]
+        if hint is None:  # with several streams, re-simulation can put every solution over the budget
+            return outcome.no_solution(f"CP-SAT's schedules failed validation ({errors[0]})", "")
         return outcome.invalid("CP-SAT's", errors[0], objective, bound)
     if schedule is not final:
         status = cp_model.FEASIBLE  # an earlier solution: no longer the proven optimum

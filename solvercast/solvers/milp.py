@@ -47,7 +47,7 @@ Supported:
   never starts a task later), and the better simulation is returned.
 * More than two compute streams, or several compute streams with a memory
   budget (memory is then judged over time, not program order), raise
-  NotImplementedError: use CP-SAT.
+  `UnsupportedProblemError`: use CP-SAT.
 
 Results are always re-simulated and validated; the returned schedule is never
 worse than the warm start.
@@ -65,7 +65,7 @@ import time
 import warnings
 
 from solvercast.bounds import earliest_starts, latest_starts, lower_bounds
-from solvercast.errors import InfeasibleBudgetError
+from solvercast.errors import InfeasibleBudgetError, UnsupportedProblemError
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 from solvercast.simulate import SimResult, simulate, validate
@@ -502,24 +502,26 @@ def solve_milp(
     ``solver``: "highs" (PuLP's highspy interface), "cbc" (PuLP's bundled
     CBC), or None (HiGHS if available, else CBC). ``memory_budget`` defaults
     to the machine's budget. Supports one compute stream (with or without a
-    budget) and two compute streams without a budget; otherwise raises
-    NotImplementedError. Raises ValueError above ``max_tasks`` tasks (use
-    CP-SAT), and `InfeasibleBudgetError` when the solver proves no schedule
+    budget) and two compute streams without a budget; otherwise, and above
+    ``max_tasks`` tasks, raises `UnsupportedProblemError` (use CP-SAT), and `InfeasibleBudgetError` when the solver proves no schedule
     fits the budget. The result is re-simulated and never worse than the hint.
     """
     t0 = time.perf_counter()
     n = problem.num_tasks
     if n > max_tasks:
-        raise ValueError(f"the MILP model is meant for small graphs: {n} tasks > max_tasks={max_tasks}; "
-                         "use solvercast.solvers.cpsat.solve_cpsat for this problem")
+        raise UnsupportedProblemError(
+            f"the MILP is for small graphs: {n} tasks > max_tasks={max_tasks}; use method='cpsat' (or 'auto'), "
+            "which models the same problem at any size (solvercast.solvers.cpsat.solve_cpsat)")
     budget = problem.machine.memory_budget if memory_budget is None else memory_budget
     C = problem.machine.compute_streams
     if C > 2:
-        raise NotImplementedError(f"the MILP models at most 2 compute streams (got {C}): the occupancy rule is "
-                                  "only pairwise there; use CP-SAT")
+        raise UnsupportedProblemError(f"the MILP models at most 2 compute streams (got {C}): the occupancy rule "
+                                      "is only pairwise there; use method='cpsat'")
     if C > 1 and budget is not None:
-        raise NotImplementedError("the MILP supports a memory budget only with one compute stream (with several, "
-                                  "memory is judged over time); use CP-SAT, or memory_budget=None")
+        raise UnsupportedProblemError(
+            "the MILP takes a memory budget only with one compute stream (with several, memory is judged over "
+            "time): use method='cpsat', or compute_streams=1, or no budget (optimize: memory_budget=math.inf; "
+            "its default None means 1.0 x the original peak)")
     if solver is None:
         solver = "highs" if highs_available() else "cbc"
     if solver not in ("highs", "cbc"):
