@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from solvercast import SolvercastError, extract_problem, optimize
@@ -137,3 +138,15 @@ def test_solvercast_pass_checks_its_options_and_keys_cost_fn_by_code():
     assert a is not b
     assert SolvercastPass(cost_fn=a).uuid() == SolvercastPass(cost_fn=b).uuid()
     assert SolvercastPass(cost_fn=a).uuid() != SolvercastPass().uuid()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6))
+def test_standing_fuzz_profile(seed):
+    """Random FX programs (solvercast.fuzz): a result or a SolvercastError, the same values on real
+    inputs, within the report's budget (and, with one compute stream, the lowered module within it),
+    the same lowered program on a repeat call. The large profile: experiments/fuzz.py."""
+    from solvercast.fuzz import Case, check_optimize
+
+    outcome, why = check_optimize(Case.draw(seed))
+    assert outcome != "failed", why
