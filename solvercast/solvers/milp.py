@@ -560,8 +560,9 @@ def solve_milp(
         kind, backend_status, dual_bound = run(model.lp, time_limit, msg, hint is not None)
     wall = time.perf_counter() - t0
     name = f"{solver}: {backend_status}"
+    # HiGHS and CBC have wall-clock limits only: an unproven answer depends on the machine's speed
     stats = {"scale": factor, "variables": len(model.lp.variables()), "constraints": model.lp.numConstraints(),
-             "solver": solver}
+             "solver": solver, "stopped_by_wall_clock": kind != "optimal"}
     outcome = Outcome(hint, hint_sim, wall, name, stats)
 
     if kind == "infeasible" and hint is not None:
