@@ -179,6 +179,10 @@ def extract_problem(
                 return None
         return node if node in task_id else None
 
+    for node in task_nodes:  # a stream token (record) is 0 bytes and holds nothing: no buffer of its own
+        if info[node].kind is NodeKind.ANCHOR and not info[node].aliases:
+            storages_of[node] = []
+
     # Aliasing by schema: a view, an in-place or out= result, a getitem of a multi-output op is its
     # input's storage. Fake traces share storages already; real traces give every value its own.
     for node in task_nodes:

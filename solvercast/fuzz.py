@@ -211,10 +211,7 @@ class Case:
 def check_optimize(case: Case, time_limit: float = 1.0) -> tuple[str, list[str]]:
     """(outcome, what went wrong) for ``case``'s program: outcome "ok" (optimized), "refused" (a
     `SolvercastError`), "untraceable" (torch cannot trace or run the program: not our finding), "failed"
-    (the list says why; see the module doc), or "tokens-over-budget": with several compute streams
-    the lowered module, run in its program order, holds more than the budget because a stream token
-    keeps its producer's buffer until a later wait (issue 14, class 4, open: `simulate` counts memory
-    over time there and does not see the token's hold). Every other check passed for that case."""
+    (the list says why; see the module doc)."""
     from solvercast import Schedule, SolvercastError, extract_problem, optimize
     from solvercast.engine import memory_profile
 
@@ -249,7 +246,6 @@ def check_optimize(case: Case, time_limit: float = 1.0) -> tuple[str, list[str]]
     report = res.report
     if report.memory_budget is not None and report.optimized_peak_memory > report.memory_budget:
         problems.append(f"report over budget: {report.optimized_peak_memory} > {report.memory_budget}")
-    held_over = None
     if report.memory_budget is not None:
         from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -257,15 +253,9 @@ def check_optimize(case: Case, time_limit: float = 1.0) -> tuple[str, list[str]]
         lowered = extract_problem(make_fx(res.gm, tracing_mode="fake")(*program_inputs(prog)))
         held = memory_profile(lowered, Schedule.original(lowered).order).peak
         if held > report.memory_budget:
-            held_over = f"lowered module holds {held} B > budget {report.memory_budget} B"
+            problems.append(f"lowered module holds {held} B > budget {report.memory_budget} B")
     again = optimize(gm, **kwargs)
     announced = "wall clock" in (report.solver_message or "") or "wall clock" in (again.report.solver_message or "")
     if again.gm.code != res.gm.code and not announced:
         problems.append("not deterministic: a repeat call lowered another program")
-    if held_over and case.compute_streams == 1:
-        problems.append(held_over)
-    if problems:
-        return "failed", problems
-    if held_over:  # issue 14, class 4 (open): stream tokens hold buffers past the time-based peak
-        return "tokens-over-budget", [held_over]
-    return "ok", []
+    return ("failed" if problems else "ok"), problems

@@ -36,6 +36,7 @@ from typing import Any, Optional
 import torch
 import torch.fx as fx
 
+from solvercast import ops
 from solvercast.collectives import CollectiveKind, kind_of_op, wait_op
 from solvercast.fxmeta import bound_args
 
@@ -56,6 +57,7 @@ class NodeKind(enum.Enum):
     GETITEM = "getitem"  # operator.getitem of a multi-output node
     METADATA = "metadata"  # reads a tensor's metadata only (sym_size, ...)
     VIEW = "view"  # a non-mutating alias of an input (by schema)
+    ANCHOR = "anchor"  # solvercast.record / wait_and_bind: stream bookkeeping, no kernel, no memory
     COMPUTE = "compute"  # everything else: a kernel
 
 
@@ -169,6 +171,8 @@ def _op_facts(target: Any) -> _OpFacts:
         kind = NodeKind.WAIT
     elif target is operator.getitem:
         kind = NodeKind.GETITEM
+    elif ops.is_anchor(target):
+        kind = NodeKind.ANCHOR
     elif target in METADATA_OPS:
         kind = NodeKind.METADATA
     elif target in _UNDECLARED_VIEWS or _is_schema_view(target):
@@ -235,7 +239,8 @@ def is_task(node: fx.Node) -> bool:
 def costs_nothing(info: NodeInfo) -> bool:
     """The cost model prices the node at 0 (by schema; see the module docstring):
     not a ``call_function``, ``getitem``, or a view."""
-    return info.kind in (NodeKind.INPUT, NodeKind.OUTPUT, NodeKind.OPAQUE, NodeKind.GETITEM, NodeKind.VIEW)
+    return info.kind in (NodeKind.INPUT, NodeKind.OUTPUT, NodeKind.OPAQUE, NodeKind.GETITEM, NodeKind.VIEW,
+                         NodeKind.ANCHOR)
 
 
 def is_free_task(info: NodeInfo, *, allocates: bool, holds_storage: bool, reads_nodes: bool) -> bool:
@@ -247,6 +252,8 @@ def is_free_task(info: NodeInfo, *, allocates: bool, holds_storage: bool, reads_
     its input, reads nothing, or reads metadata only. An op that reads tensor
     data and returns a scalar (``item``) does GPU work and is not free.
     """
+    if info.kind is NodeKind.ANCHOR:
+        return True  # a token is 0 bytes and holds nothing; wait_and_bind returns an alias
     if allocates or info.writes:
         return False
     return holds_storage or not reads_nodes or info.kind is NodeKind.METADATA

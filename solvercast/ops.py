@@ -2,12 +2,16 @@
 
 Two operators in the ``solvercast`` torch library namespace::
 
-    solvercast::record(Tensor(a) x, int stream) -> Tensor(a)
+    solvercast::record(Tensor x, int stream) -> Tensor
     solvercast::wait_and_bind(Tensor(a) x, int stream, Tensor[] tokens) -> Tensor(a)
 
 ``record(x, s)`` marks that ``x`` has just been produced on stream ``s`` and
-returns a *token*: a 0-element view of ``x`` (no allocation, so the memory
-model counts nothing for it). ``wait_and_bind(x, s, tokens)`` says that the
+returns a *token*: a new 0-element tensor (0 bytes) that carries the event, not
+a view of ``x``. A token must not keep ``x`` alive: a task that waits on it only
+for ordering (a write after a read, or a later token standing for earlier ones)
+would otherwise hold ``x`` until then, above the memory the schedule was judged
+by (issue 14). Nothing needs ``x`` kept for the token: its block is reused in
+stream order, and a stream that reads ``x`` binds it (``record_stream``). ``wait_and_bind(x, s, tokens)`` says that the
 consumer that follows runs on stream ``s`` and reads ``x`` only after every
 token's producer has finished; it returns an alias of ``x`` (no copy), which
 the consumer reads instead of ``x``.
@@ -49,10 +53,11 @@ Runtimes
 
 Aliasing
 --------
-The schema declares the alias (``Tensor(a) x -> Tensor(a)``) and the kernels
-return a view (``aten.alias`` / a 0-element ``as_strided``), never a copy.
-Functionalization refuses custom ops with aliased outputs, so both ops carry
-a Python ``Functionalize`` kernel: it runs the op on the unwrapped tensors
+``wait_and_bind``'s schema declares the alias (``Tensor(a) x -> Tensor(a)``)
+and its kernels return a view (``aten.alias``), never a copy; ``record``
+returns a fresh 0-byte tensor and declares no alias.
+Functionalization refuses custom ops with aliased outputs, so
+``wait_and_bind`` carries a Python ``Functionalize`` kernel: it runs the op on the unwrapped tensors
 (so the traced graph keeps the anchor and its data flow) and returns a
 functional view of ``x`` whose value is the anchor's output — mutations made
 through the alias still reach ``x`` (``torch.func.functionalize``,
@@ -75,7 +80,7 @@ __all__ = [
 NAMESPACE = "solvercast"
 
 _lib = torch.library.Library(NAMESPACE, "DEF")  # kept alive: the registrations live as long as it does
-_lib.define("record(Tensor(a) x, int stream) -> Tensor(a)")
+_lib.define("record(Tensor x, int stream) -> Tensor")
 _lib.define("wait_and_bind(Tensor(a) x, int stream, Tensor[] tokens) -> Tensor(a)")
 
 record = torch.ops.solvercast.record.default
@@ -89,8 +94,8 @@ def is_anchor(target) -> bool:
 
 
 def _token_of(x: Tensor) -> Tensor:
-    """A 0-element view of ``x``: same storage, nothing allocated."""
-    return x.as_strided((0,), (1,))
+    """A new 0-element tensor on ``x``'s device: nothing allocated, and ``x`` not held."""
+    return x.new_empty((0,))
 
 
 # ---- no-op kernels: CPU, Meta/fake, everything but CUDA ----------------------------------
@@ -250,9 +255,10 @@ def _register() -> None:
                              ("wait_and_bind", _wait_and_bind_noop, _wait_and_bind_cuda)):
         _lib.impl(name, noop, "CompositeExplicitAutograd")
         _lib.impl(name, cuda, "CUDA")
-        # identity semantics: autograd sees the view the kernels make (alias / as_strided)
+    # identity semantics: autograd sees the view wait_and_bind makes; a token has no gradient
+    for name in ("record", "wait_and_bind"):
         _lib.impl(name, torch.library.fallthrough_kernel, "Autograd")
-        _lib.impl(name, _functionalize_kernel(getattr(torch.ops.solvercast, name).default), "Functionalize")
+    _lib.impl("wait_and_bind", _functionalize_kernel(wait_and_bind), "Functionalize")
     for op in ANCHOR_OPS:
         torch.fx.node.has_side_effect(op)
 

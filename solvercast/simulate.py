@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from solvercast.engine import MemoryProfile, memory_over_time, memory_profile, replay, time_peak
+from solvercast.engine import MemoryProfile, memory_over_time, memory_profile, replay, several_streams_peak
 from solvercast.errors import InvalidScheduleError
 from solvercast.problem import Problem, Role, format_bytes
 from solvercast.schedule import Schedule
@@ -62,9 +62,7 @@ def simulate(problem: Problem, schedule: Schedule) -> SimResult:
     makespan = max(end, default=0)
     compute_busy = max((busy[c] for c in machine.compute_stream_ids), default=0)
     mem = memory_profile(problem, order)
-    # DESIGN: with one compute stream the host's program order is the timeline;
-    # with several, buffers live from their producer's start to their last user's end.
-    peak = time_peak(problem, start, end) if machine.compute_streams > 1 else mem.peak
+    peak = several_streams_peak(problem, mem.peak, start, end) if machine.compute_streams > 1 else mem.peak
     return SimResult(
         makespan=makespan,
         exposed_comm=makespan - compute_busy,

@@ -18,17 +18,30 @@ def _stream_name(problem: Problem, s: int) -> str:
 def memory_curve(problem: Problem, sim: SimResult) -> tuple[list[int], list[int]]:
     """(times, bytes) of the memory the report's peak is taken from.
 
-    With several compute streams: resident bytes over time (`engine.memory_over_time`). With one:
-    bytes during each program step, placed at the step's issue time on the device (a collective at its
-    launch point, others at their start; a running maximum keeps the curve in program order)."""
-    if problem.machine.compute_streams > 1:
-        curve = memory_over_time(problem, sim.start, sim.end)
-        return [t for t, _ in curve], [r for _, r in curve]
+    Program steps: bytes during each step, placed at the step's issue time on the device (a
+    collective at its launch point, others at their start; a running maximum keeps the curve in
+    program order). With several compute streams the peak is the larger of that and the resident
+    bytes over time (`engine.several_streams_peak`), so the curve is the larger of the two at each
+    time."""
     times, latest = [], 0
     for t in sim.order:
         latest = max(latest, sim.launch.get(t, sim.start[t]))
         times.append(latest)
-    return times, list(sim.memory.during_step)
+    steps = list(sim.memory.during_step)
+    if problem.machine.compute_streams == 1:
+        return times, steps
+    curve = memory_over_time(problem, sim.start, sim.end)
+    merged_times = sorted(set(times) | {t for t, _ in curve})
+    out, i, j, step_now, time_now = [], 0, 0, 0, curve[0][1]
+    for at in merged_times:
+        while i < len(times) and times[i] <= at:
+            step_now = max(step_now, steps[i]) if i and times[i] == times[i - 1] else steps[i]
+            i += 1
+        while j < len(curve) and curve[j][0] <= at:
+            time_now = curve[j][1]
+            j += 1
+        out.append(max(step_now, time_now))
+    return merged_times, out
 
 
 def write_chrome_trace(path: str | Path, problem: Problem, runs: dict[str, SimResult],

@@ -318,7 +318,8 @@ def test_memory_over_time_grows_with_the_schedule_like_simulate(seed, n, streams
     for t in order:
         timeline.place(t, stream_of[t])
         memory.place(t)
-    assert memory.peak_from(-1) == r.peak_memory == max(resident for _, resident in curve)
+    assert memory.peak_from(-1) == max(resident for _, resident in curve)
+    assert r.peak_memory == max(memory.peak_from(-1), r.memory.peak)  # several streams: the larger view
     assert all(memory.peak_from(r.start[t]) == final_from(r.start[t]) for t in range(n))
 
 
