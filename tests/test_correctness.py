@@ -167,3 +167,16 @@ def test_the_lowered_module_holds_no_more_than_the_report_says(seed):
     assert case.compute_streams == 2
     outcome, why = check_optimize(case)
     assert outcome == "ok", why
+
+
+@pytest.mark.parametrize("seed", [9, 152])
+def test_real_traced_programs_lower_without_a_bare_key_error(seed):
+    """Fuzz programs traced with real tensors, 2 compute streams: lowering raised a bare KeyError
+    (lower.py, a producer missing from the stream clocks) while views and getitems of real-traced
+    values did not alias their inputs' storages; aliasing now comes from the schemas."""
+    from solvercast.fuzz import Case, check_optimize
+
+    case = Case.draw(seed)
+    assert case.trace == "real" and case.compute_streams == 2
+    outcome, why = check_optimize(case)
+    assert outcome == "ok", why
