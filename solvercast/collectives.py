@@ -46,7 +46,7 @@ import torch
 import torch.fx
 
 from solvercast.device import DeviceProfile, get_profile
-from solvercast.fxmeta import bound_args, hint_int, node_val, val_bytes
+from solvercast.fxmeta import bound_args, hint_int, node_val, op_target, val_bytes
 
 __all__ = [
     "CollectiveKind", "REGISTRY", "COLLECTIVE_KINDS", "COLLECTIVE_OCCUPANCY", "collective_time",
@@ -200,10 +200,11 @@ def collective_kind_and_group(
     ``default_group_size``. nbytes: the record's ``wire_bytes`` (see the
     module docstring). Raises ``ValueError`` for other nodes.
     """
-    record = kind_of_op(node.target) if node.op == "call_function" else None
+    target = op_target(node.target)
+    record = kind_of_op(target) if node.op == "call_function" else None
     if record is None:
         raise ValueError(f"node {node.name} ({node.target}) is not a _c10d_functional collective")
-    bound = bound_args(node)
+    bound = bound_args(node, target)
     inp = bound.get("input", bound.get("inputs"))
     in_bytes = val_bytes(torch.fx.node.map_arg(inp, node_val))
     out_bytes = val_bytes(node_val(node))

@@ -174,10 +174,23 @@ def input_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:
     return list(dict.fromkeys(node.all_input_nodes))
 
 
-def bound_args(node: torch.fx.Node) -> dict[str, Any]:
+def op_target(target: Any) -> Any:
+    """The overload an FX target stands for. A graph made by ``symbolic_trace`` names an op's packet
+    (``_c10d_functional.all_reduce``); a packet with a single overload is that overload."""
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        try:
+            if target.overloads() == ["default"]:
+                return target.default
+        except (AttributeError, RuntimeError):
+            pass
+    return target
+
+
+def bound_args(node: torch.fx.Node, target: Any = None) -> dict[str, Any]:
     """Map the schema argument names of an op node to the node's values
-    (positional or keyword; defaults for the arguments it leaves out)."""
-    schema = node.target._schema
+    (positional or keyword; defaults for the arguments it leaves out). ``target``: the overload whose
+    schema to read, when the node names its packet (`solvercast.nodes.op_target`)."""
+    schema = (target if target is not None else node.target)._schema
     out: dict[str, Any] = {}
     for i, a in enumerate(schema.arguments):
         if i < len(node.args) and not a.kwarg_only:

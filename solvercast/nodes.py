@@ -38,10 +38,10 @@ import torch.fx as fx
 
 from solvercast import ops
 from solvercast.collectives import CollectiveKind, kind_of_op, wait_op
-from solvercast.fxmeta import bound_args
+from solvercast.fxmeta import bound_args, op_target
 
 __all__ = [
-    "NodeKind", "NodeInfo", "classify", "is_collective", "is_wait", "is_task", "costs_nothing", "is_free_task",
+    "NodeKind", "NodeInfo", "classify", "op_target", "is_collective", "is_wait", "is_task", "costs_nothing", "is_free_task",
     "METADATA_OPS",
 ]
 
@@ -200,13 +200,14 @@ def classify(node: fx.Node) -> NodeInfo:
         return NodeInfo(kind)
     if node.op != "call_function":
         return NodeInfo(NodeKind.OPAQUE)
-    facts = _facts(node.target)
+    target = op_target(node.target)
+    facts = _facts(target)
     if facts.kind is NodeKind.GETITEM:
         container = node.args[0] if node.args and isinstance(node.args[0], fx.Node) else None
         return NodeInfo(facts.kind, aliases=(container,), distributed=facts.distributed)
     if not facts.written and not facts.return_aliases and facts.kind is not NodeKind.COLLECTIVE:
         return NodeInfo(facts.kind, distributed=facts.distributed)
-    bound = bound_args(node)
+    bound = bound_args(node, target)
     aliases = tuple(bound.get(name) if name is not None and isinstance(bound.get(name), fx.Node) else None
                     for name in facts.return_aliases)
     writes = []

@@ -148,3 +148,29 @@ def test_opaque_nodes(op):
     g.output(node)
     assert classify(node).kind is NodeKind.OPAQUE
     assert costs_nothing(classify(node)) and is_task(node)
+
+
+def test_packet_targets_of_symbolic_traced_graphs_are_their_overloads():
+    """symbolic_trace + FakeTensorProp names a functional collective by its packet
+    (`_c10d_functional.all_reduce`, no `.default`): it was costed as a compute kernel, its wait too."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    from solvercast import Role, extract_problem
+    from solvercast.models import fake_group
+
+    group = fake_group(2)
+    c10d = torch.ops._c10d_functional
+
+    def f(x, w):
+        return c10d.wait_tensor(c10d.all_reduce(x @ w, "sum", group)) + 1
+
+    gm = torch.fx.symbolic_trace(f)
+    mode = FakeTensorMode()
+    FakeTensorProp(gm, mode).propagate(mode.from_tensor(torch.randn(8, 8)), mode.from_tensor(torch.randn(8, 8)))
+    by_name = {n.name: n for n in gm.graph.nodes}
+    info = classify(by_name["all_reduce"])
+    assert info.kind is NodeKind.COLLECTIVE and info.collective.name == "all_reduce" and info.group_name == group
+    assert classify(by_name["wait_tensor"]).kind is NodeKind.WAIT
+    roles = {t.name: t.role for t in extract_problem(gm).tasks}
+    assert roles["all_reduce"] == Role.COMM and roles["wait_tensor"] == Role.WAIT
