@@ -12,6 +12,7 @@ from solvercast.bounds import lower_bounds
 from solvercast.budget import resolve_budget
 from solvercast.errors import InfeasibleBudgetError, SolvercastError
 from solvercast.extract import extract_problem
+from solvercast.nodes import schemaless_ops
 from solvercast.methods import BY_NAME, Kind, names
 from solvercast.problem import Problem
 from solvercast.report import Report
@@ -118,6 +119,7 @@ def optimize(
         schedule, optimized = original, baseline
         solver_info["method"] = "original"
     solver_info["fallback"] = fallback
+    solver_info["schemaless_ops"] = schemaless_ops(gm.graph)
 
     from solvercast.lower import lower
 

@@ -116,6 +116,12 @@ def extract_problem(
                     "in node order (run graph.lint() and fix the cycle or reorder the nodes)")
         seen.add(node)
 
+    opaque = [n for n in nodes if n.op in ("call_module", "call_method")]
+    if opaque:
+        raise ExtractionError(
+            f"node {opaque[0].name!r} is a {opaque[0].op} ({opaque[0].target}): solvercast cannot see or cost "
+            f"what it runs ({len(opaque)} such node(s)); trace the model to aten ops with "
+            "make_fx(..., tracing_mode='fake') or torch.export instead of symbolic_trace")
     unknown = freeable - {n.name for n in nodes if n.op in ("placeholder", "get_attr")}
     if unknown:
         raise ExtractionError(f"freeable_inputs names no graph input: {sorted(unknown)}")
@@ -147,7 +153,8 @@ def extract_problem(
                 return None
             raise ExtractionError(
                 f"node {node.name!r} ({node.op} {node.target}) has no meta['val']: trace the model with "
-                "make_fx(..., tracing_mode='fake'), torch.export, or run FakeTensorProp before extracting")
+                "make_fx(..., tracing_mode='fake') or torch.export (FakeTensorProp on a symbolic_trace graph "
+                "gives values, but its Python callables and modules cannot be costed as aten ops)")
         return node.meta["val"]
 
     for node in nodes:

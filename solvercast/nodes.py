@@ -41,7 +41,7 @@ from solvercast.collectives import CollectiveKind, kind_of_op, wait_op
 from solvercast.fxmeta import bound_args, op_target
 
 __all__ = [
-    "NodeKind", "NodeInfo", "classify", "op_target", "is_collective", "is_wait", "is_task", "costs_nothing", "is_free_task",
+    "NodeKind", "NodeInfo", "classify", "op_target", "schemaless_ops", "is_collective", "is_wait", "is_task", "costs_nothing", "is_free_task",
     "METADATA_OPS",
 ]
 
@@ -258,3 +258,19 @@ def is_free_task(info: NodeInfo, *, allocates: bool, holds_storage: bool, reads_
     if allocates or info.writes:
         return False
     return holds_storage or not reads_nodes or info.kind is NodeKind.METADATA
+
+
+def schemaless_ops(graph: fx.Graph) -> dict[str, int]:
+    """Ops the cost model prices without an op schema, by name, with counts: compute
+    ``call_function`` nodes whose target is a Python callable (``operator.matmul``, ``torch.relu`` in
+    a ``symbolic_trace`` graph) rather than an aten overload. No FLOP formula applies to them, so the
+    roofline prices them by bytes moved alone: a matmul among them is priced too low. The report
+    lists them."""
+    out: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.op != "call_function" or classify(node).kind is not NodeKind.COMPUTE:
+            continue
+        if not isinstance(op_target(node.target), torch._ops.OpOverload):
+            name = f"{getattr(node.target, '__module__', '') or ''}.{getattr(node.target, '__name__', node.target)}"
+            out[name.lstrip(".")] = out.get(name.lstrip("."), 0) + 1
+    return dict(sorted(out.items()))

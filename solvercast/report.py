@@ -39,6 +39,8 @@ class Report:
     solver_message: str | None
     time_limit: float
     phases: dict = field(default_factory=dict)  # seconds per phase, and "total"
+    # ops priced without an op schema (by bytes moved alone; FLOPs unknown), name -> count
+    schemaless_ops: dict = field(default_factory=dict)
 
     @classmethod
     def build(cls, problem: Problem, baseline: SimResult, optimized: SimResult, bounds: Bounds, budget: int,
@@ -56,7 +58,7 @@ class Report:
             method=info.get("method", schedule.method), heuristic=info.get("heuristic"), solver=info.get("solver"),
             solver_status=info.get("solver_status"), solver_bound=solver_bound, best_bound=best_bound,
             fallback=info.get("fallback"), solver_message=info.get("solver_message"), time_limit=time_limit,
-            phases={k: round(v, 4) for k, v in phases.items()})
+            phases={k: round(v, 4) for k, v in phases.items()}, schemaless_ops=dict(info.get("schemaless_ops", {})))
 
     @property
     def speedup(self) -> float:
@@ -103,6 +105,9 @@ class Report:
                          + (f" - {self.solver_message}" if self.solver_message else ""))
         if self.fallback:
             lines.append(f"  fallback         {self.fallback}")
+        if self.schemaless_ops:
+            lines.append("  costed by bytes  " + ", ".join(f"{k} x{v}" for k, v in self.schemaless_ops.items())
+                         + " (no op schema, FLOPs unknown: trace with make_fx or torch.export for aten ops)")
         lines.append("  time             " + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items())
                      + f" (limit {self.time_limit:g} s)")
         return "\n".join(lines)

@@ -174,3 +174,31 @@ def test_packet_targets_of_symbolic_traced_graphs_are_their_overloads():
     assert classify(by_name["wait_tensor"]).kind is NodeKind.WAIT
     roles = {t.name: t.role for t in extract_problem(gm).tasks}
     assert roles["all_reduce"] == Role.COMM and roles["wait_tensor"] == Role.WAIT
+
+
+def test_the_report_lists_ops_priced_without_a_schema_and_modules_are_refused():
+    """symbolic_trace graphs name Python callables (operator.matmul) and modules: the first are
+    priced by bytes alone (a matmul far too low), and the report says which; the second cost 0 ns
+    silently, and are refused with what to do instead."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    from solvercast import ExtractionError, optimize
+
+    def f(x, w):
+        return (x @ w) + 1
+
+    gm = torch.fx.symbolic_trace(f)
+    mode = FakeTensorMode()
+    FakeTensorProp(gm, mode).propagate(mode.from_tensor(torch.randn(8, 8)), mode.from_tensor(torch.randn(8, 8)))
+    report = optimize(gm, time_limit=1).report
+    assert report.schemaless_ops == {"_operator.add": 1, "_operator.matmul": 1}
+    assert "costed by bytes  _operator.add x1, _operator.matmul x1" in str(report)
+    traced = make_fx(f, tracing_mode="fake")(torch.randn(8, 8), torch.randn(8, 8))
+    assert optimize(traced, time_limit=1).report.schemaless_ops == {}
+
+    module = torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    FakeTensorProp(module, mode).propagate(mode.from_tensor(torch.randn(2, 4)))
+    with pytest.raises(ExtractionError, match="call_module.*make_fx"):
+        optimize(module, time_limit=1)
