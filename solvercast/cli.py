@@ -42,8 +42,12 @@ def _parse_budget(text: str | None):
 
 
 def _load_exported(path: str):
+    import os
+
     import torch
 
+    if not os.path.isfile(path):  # before torch.export.load, which logs its own traceback first
+        raise ValueError(f"cannot read {path!r}: no such file")
     try:
         program = torch.export.load(path)
     except FileNotFoundError:

@@ -161,3 +161,17 @@ def test_cli_optimizes_an_exported_program(tmp_path, capsys):
     assert main(["optimize", "--exported", str(path), "--time-limit", "1"]) == 0
     out = capsys.readouterr().out
     assert "solvercast report" in out and "6 tasks" in out
+
+
+def test_cli_missing_exported_file_prints_one_line_only(tmp_path):
+    """torch.export.load logs its own traceback for a missing file (through a logging handler that
+    pytest's capture does not see): the CLI checks the file first. Run in a fresh process."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from solvercast.cli import main; "
+            f"sys.exit(main(['optimize', '--exported', {str(tmp_path / 'missing.pt2')!r}]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("solvercast: error: cannot read"), lines
