@@ -72,6 +72,18 @@ def write_chrome_trace(path: str | Path, problem: Problem, runs: dict[str, SimRe
 
 
 _COLORS = {Role.COMPUTE: "#4c72b0", Role.COMM: "#dd8452", Role.WAIT: "#c44e52"}
+_LABEL_CHARS_WIDTH = 0.0075  # share of the time axis one label character takes at the figure's width
+
+
+_SHORT_COLLECTIVES = {"all_reduce": "AR", "all_reduce_": "AR", "all_gather_into_tensor": "AG",
+                      "reduce_scatter_tensor": "RS", "all_to_all_single": "A2A", "broadcast": "BC"}
+
+
+def _short_op(op: str) -> str:
+    """A bar's label: ``aten.mm.default`` -> ``mm``; collectives abbreviated (``AG``, ``RS``, ``AR``)."""
+    parts = [p for p in op.split(".") if p not in ("default", "Tensor", "Scalar", "int")]
+    name = parts[-1] if parts else op
+    return _SHORT_COLLECTIVES.get(name.replace("_coalesced", ""), name)
 
 
 def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult],
@@ -98,6 +110,10 @@ def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult
                 continue
             ax.barh(row, width, left=sim.start[t] / 1e3, height=0.8, color=_COLORS[task.role],
                     edgecolor="white", linewidth=0.3)
+            name = _short_op(task.op)
+            if width >= horizon * _LABEL_CHARS_WIDTH * len(name):  # label the bars the name fits in
+                ax.text(sim.start[t] / 1e3 + width / 2, row, name, ha="center", va="center", fontsize=6,
+                        color="white", clip_on=True)
         ax.set_yticks(range(streams), [_stream_name(problem, s) for s in reversed(range(streams))])
         ax.set_xlim(0, horizon * 1.02)
         ax.set_title(f"{label}: makespan {sim.makespan / 1e3:,.1f} us, exposed comm {sim.exposed_comm / 1e3:,.1f} us")
@@ -113,6 +129,7 @@ def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult
     mem_ax.set_xlabel("time (us)")
     mem_ax.set_ylabel("resident (MiB)")
     mem_ax.legend(fontsize=8)
+    fig.suptitle(problem.name or "schedule", fontsize=10)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

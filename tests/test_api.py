@@ -175,3 +175,27 @@ def test_cli_missing_exported_file_prints_one_line_only(tmp_path):
     assert proc.returncode == 2
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("solvercast: error: cannot read"), lines
+
+
+def test_plot_labels_bars_with_their_ops_and_is_titled_by_the_model(tmp_path, monkeypatch):
+    """Bars name their op where the name fits (collectives abbreviated: AG, RS, AR, A2A) and the
+    figure is titled by the model, not 'GraphModule'."""
+    import matplotlib.figure
+
+    from solvercast.visualize import _short_op
+
+    assert [_short_op(o) for o in ("aten.mm.default", "_c10d_functional.all_gather_into_tensor.default",
+                                   "_c10d_functional.reduce_scatter_tensor.default", "aten.add.Tensor")] == \
+        ["mm", "AG", "RS", "add"]
+    texts, titles = [], []
+    real_savefig = matplotlib.figure.Figure.savefig
+
+    def savefig(fig, *args, **kwargs):
+        texts.extend(t.get_text() for ax in fig.axes for t in ax.texts)
+        titles.append(fig._suptitle.get_text() if fig._suptitle else "")
+        return real_savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    res = optimize(build("fsdp_layers", layers=2), time_limit=1, method="heuristic")
+    res.plot(str(tmp_path / "p.png"))
+    assert {"AG", "RS"} <= set(texts) and titles[0].startswith("fsdp_layers(")
