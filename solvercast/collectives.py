@@ -74,6 +74,10 @@ class CollectiveKind:
     ops: tuple[str, ...]
     wire_bytes: Callable[[int, int, int], int]
     seconds: Callable[[float, int, DeviceProfile], float]
+    # legacy in-place ``torch.ops.c10d`` ops (what make_fx records from ``dist.all_reduce`` and FSDP2):
+    # name -> (argument it writes, argument it reads). Their schemas declare no alias; they are
+    # synchronous in the graph (no separate wait).
+    legacy: tuple[tuple[str, str, str], ...] = ()
 
 
 def _input_bytes(in_bytes: int, out_bytes: int, group_size: int) -> int:
@@ -110,14 +114,26 @@ def _chain(n: float, p: int, profile: DeviceProfile) -> float:
 #: Every collective kind, in the order `COLLECTIVE_KINDS` lists them.
 REGISTRY: tuple[CollectiveKind, ...] = (
     CollectiveKind("all_reduce", ("all_reduce", "all_reduce_", "all_reduce_coalesced", "all_reduce_coalesced_"),
-                   _input_bytes, _all_reduce),
+                   _input_bytes, _all_reduce,
+                   legacy=(("allreduce_", "tensors", "tensors"), ("allreduce_coalesced_", "tensors", "tensors"))),
     CollectiveKind("all_gather", ("all_gather_into_tensor", "all_gather_into_tensor_out",
-                                  "all_gather_into_tensor_coalesced"), _gathered_bytes, _ring),
+                                  "all_gather_into_tensor_coalesced"), _gathered_bytes, _ring,
+                   legacy=(("_allgather_base_", "output_tensor", "input_tensor"),
+                           ("allgather_", "output_tensors", "input_tensors"))),
     CollectiveKind("reduce_scatter", ("reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"),
-                   _input_bytes, _ring),
-    CollectiveKind("all_to_all", ("all_to_all_single",), _larger_side_bytes, _ring),
-    CollectiveKind("broadcast", ("broadcast", "broadcast_"), _input_bytes, _chain),
+                   _input_bytes, _ring,
+                   legacy=(("_reduce_scatter_base_", "output_tensor", "input_tensor"),
+                           ("reduce_scatter_", "output_tensors", "input_tensors"))),
+    CollectiveKind("all_to_all", ("all_to_all_single",), _larger_side_bytes, _ring,
+                   legacy=(("alltoall_base_", "output", "input"),)),
+    CollectiveKind("broadcast", ("broadcast", "broadcast_"), _input_bytes, _chain,
+                   legacy=(("broadcast_", "tensors", "tensors"),)),
 )
+
+#: Point-to-point ops and barriers of ``torch.ops.c10d``: ordering fences for communication (a
+#: collective moved across one can hang every rank: a recv above its peer's send). Name -> the
+#: argument it writes ("" for none).
+FENCES: Mapping[str, str] = {"send": "", "recv_": "tensors", "recv_any_source_": "tensors", "barrier": ""}
 
 COLLECTIVE_KINDS = tuple(k.name for k in REGISTRY)
 _BY_NAME: Mapping[str, CollectiveKind] = {k.name: k for k in REGISTRY}
@@ -137,6 +153,23 @@ def _c10d_op(name: str) -> Any:
 _BY_OP: dict[Any, CollectiveKind] = {
     op: kind for kind in REGISTRY for op in map(_c10d_op, kind.ops) if op is not None
 }
+_legacy_ns = getattr(torch.ops, "c10d", None)
+
+
+def _legacy_op(name: str) -> Any:
+    try:
+        return getattr(_legacy_ns, name).default if _legacy_ns is not None else None
+    except (AttributeError, RuntimeError):
+        return None
+
+
+#: legacy op -> (its kind, the argument it writes, the argument it reads)
+LEGACY_OPS: dict[Any, tuple[CollectiveKind, str, str]] = {
+    op: (kind, written, read) for kind in REGISTRY for name, written, read in kind.legacy
+    if (op := _legacy_op(name)) is not None
+}
+_BY_OP.update((op, kind) for op, (kind, _, _) in LEGACY_OPS.items())
+FENCE_OPS: dict[Any, str] = {op: written for name, written in FENCES.items() if (op := _legacy_op(name)) is not None}
 _WAIT_OP = _c10d_op("wait_tensor")
 
 
@@ -205,7 +238,8 @@ def collective_kind_and_group(
     if record is None:
         raise ValueError(f"node {node.name} ({node.target}) is not a _c10d_functional collective")
     bound = bound_args(node, target)
-    inp = bound.get("input", bound.get("inputs"))
+    legacy = LEGACY_OPS.get(target)
+    inp = bound.get(legacy[2]) if legacy is not None else bound.get("input", bound.get("inputs"))
     in_bytes = val_bytes(torch.fx.node.map_arg(inp, node_val))
     out_bytes = val_bytes(node_val(node))
 

@@ -254,7 +254,7 @@ def extract_problem(
         allocates[node] = [canon(k) for k in fresh]
         if is_wait:
             pass
-        elif info[node].kind is NodeKind.COLLECTIVE:
+        elif info[node].kind in (NodeKind.COLLECTIVE, NodeKind.FENCE):  # a fence: a synchronous comm op
             role = Role.COMM
         elif _matches(node, comm_ops):
             role = Role.COMM
@@ -330,6 +330,16 @@ def extract_problem(
             wait = primary_wait.get(node) if info[node].kind is NodeKind.COLLECTIVE else None
             last_writer[k] = (t, task_id[wait] if wait is not None else t)
             last_readers[k] = []
+
+    # Fences (send, recv, barrier) keep their place among the communication ops whether or not the
+    # collective order is preserved: each is chained to the comm ops just before and after it.
+    comm = [task_id[n] for n in task_nodes if info[n].kind in (NodeKind.COLLECTIVE, NodeKind.FENCE)]
+    for i, t in enumerate(comm):
+        if info[task_nodes[t]].kind is NodeKind.FENCE:
+            if i:
+                edges.add((comm[i - 1], t))
+            if i + 1 < len(comm):
+                edges.add((t, comm[i + 1]))
 
     output_storages: set[tuple[int, str]] = set()
     for node in nodes:

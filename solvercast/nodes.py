@@ -37,7 +37,7 @@ import torch
 import torch.fx as fx
 
 from solvercast import ops
-from solvercast.collectives import CollectiveKind, kind_of_op, wait_op
+from solvercast.collectives import FENCE_OPS, LEGACY_OPS, CollectiveKind, kind_of_op, wait_op
 from solvercast.fxmeta import bound_args, op_target
 
 __all__ = [
@@ -58,6 +58,7 @@ class NodeKind(enum.Enum):
     METADATA = "metadata"  # reads a tensor's metadata only (sym_size, ...)
     VIEW = "view"  # a non-mutating alias of an input (by schema)
     ANCHOR = "anchor"  # solvercast.record / wait_and_bind: stream bookkeeping, no kernel, no memory
+    FENCE = "fence"  # send / recv / barrier: communication must not be reordered across it
     COMPUTE = "compute"  # everything else: a kernel
 
 
@@ -164,6 +165,13 @@ def _return_aliases(target: Any) -> tuple[Optional[str], ...]:
 
 
 def _op_facts(target: Any) -> _OpFacts:
+    distributed = getattr(target, "namespace", None) in ("_c10d_functional", "c10d")
+    legacy = LEGACY_OPS.get(target) if distributed else None
+    if legacy is not None:  # in place, though their schemas declare no alias
+        return _OpFacts(NodeKind.COLLECTIVE, legacy[0], (legacy[1],), distributed, ())
+    fence = FENCE_OPS.get(target) if distributed else None
+    if fence is not None:
+        return _OpFacts(NodeKind.FENCE, None, (fence,) if fence else (), distributed, ())
     collective = kind_of_op(target)
     if collective is not None:
         kind = NodeKind.COLLECTIVE
@@ -179,7 +187,6 @@ def _op_facts(target: Any) -> _OpFacts:
         kind = NodeKind.VIEW
     else:
         kind = NodeKind.COMPUTE
-    distributed = getattr(target, "namespace", None) in ("_c10d_functional", "c10d")
     return _OpFacts(kind, collective, _written_args(target), distributed, _return_aliases(target))
 
 

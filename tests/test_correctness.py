@@ -180,3 +180,24 @@ def test_real_traced_programs_lower_without_a_bare_key_error(seed):
     assert case.trace == "real" and case.compute_streams == 2
     outcome, why = check_optimize(case)
     assert outcome == "ok", why
+
+
+def test_legacy_c10d_collectives_are_comm_ops_and_p2p_are_fences():
+    """make_fx of torch.distributed calls records legacy in-place c10d ops: allreduce_ was a FREE task
+    (0 ns), send/recv/barrier compute kernels, and nothing ordered recv_'s write before its reader.
+    Now the collective is a synchronous comm op of its kind, send/recv/barrier are fences that no
+    collective crosses (also with preserve_collective_order=False), and recv_ writes its buffer."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).with_name("legacy_c10d_case.py")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["roles"] == {"allreduce_": "comm", "barrier": "comm", "send": "comm", "recv_": "comm"}
+    assert out["recv_before_add"]
+    for key in ("comm_orders_preserve_True", "comm_orders_preserve_False"):
+        assert all(order == ["allreduce_", "barrier", "send", "recv_"] for order in out[key]), out[key]
+    assert out["values_equal"]
