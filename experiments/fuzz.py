@@ -75,7 +75,12 @@ def main(argv=None) -> int:
         f"Failures: {len(failures)}", "",
         *[f"- seed {seed}, {case}: {'; '.join(why)}" for seed, case, why in failures],
     ]
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    out = Path(args.out)
+    kept = ""  # the sections written by hand below the counts ("## ..."), kept across reruns
+    if out.exists():
+        text = out.read_text()
+        kept = text[text.index("\n## "):] if "\n## " in text else ""
+    out.write_text("\n".join(lines) + "\n" + kept)
     print("\n".join(lines))
     return 1 if failures else 0
 
