@@ -96,6 +96,12 @@ def cmd_optimize(args) -> int:
         with open(args.json, "w") as f:
             json.dump(res.report.to_dict(), f, indent=2)
         print(f"report written to {args.json}")
+    if args.save_module:
+        import torch
+
+        torch.save(res.gm, args.save_module)
+        print(f"optimized module written to {args.save_module} (load it with `import solvercast` first, for "
+              "the stream anchor ops: torch.load(path, weights_only=False))")
     return 0
 
 
@@ -121,6 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--trace", help="write a Chrome trace (JSON) of baseline and optimized schedules")
     opt.add_argument("--plot", help="write a PNG: Gantt per stream and memory against the budget")
     opt.add_argument("--json", help="write the report as JSON")
+    opt.add_argument("--save-module", help="write the optimized GraphModule with torch.save (reordered, with anchors)")
     opt.set_defaults(func=cmd_optimize)
     models = sub.add_parser("models", help="list the built-in models")
     models.set_defaults(func=cmd_models)

@@ -199,3 +199,28 @@ def test_plot_labels_bars_with_their_ops_and_is_titled_by_the_model(tmp_path, mo
     res = optimize(build("fsdp_layers", layers=2), time_limit=1, method="heuristic")
     res.plot(str(tmp_path / "p.png"))
     assert {"AG", "RS"} <= set(texts) and titles[0].startswith("fsdp_layers(")
+
+
+def test_cli_saves_the_optimized_module_for_loading_back(tmp_path, capsys):
+    """The CLI could only report: --save-module writes the optimized GraphModule (torch.save), which
+    loads back in a fresh process and computes what the original does."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "opt.pt"
+    assert main(["optimize", "--model", "tp_mlp", "--streams", "2", "--time-limit", "2",
+                 "--save-module", str(path)]) == 0
+    assert "optimized module written" in capsys.readouterr().out
+    code = f"""
+import torch, solvercast
+from solvercast.models import build
+from solvercast.testing import random_inputs, run_local
+gm = build("tp_mlp")
+low = torch.load({str(path)!r}, weights_only=False)
+args = random_inputs(gm, seed=3)
+assert isinstance(low, torch.fx.GraphModule)
+assert all(torch.equal(a, b) for a, b in zip(run_local(gm, args), run_local(low, args)))
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
