@@ -126,18 +126,17 @@ class StepMemory:
 
 def time_lifetimes(problem: Problem) -> list[tuple[int, int | None, frozenset[int], bool]]:
     """(bytes, producer, holders, freed) of every buffer whose residency changes during the step,
-    by the time rule: a produced buffer lives from its producer's start; one that is freed dies at
-    `time_of_free`. Non-freeable inputs (resident throughout) and freeable inputs nobody reads
-    (never resident) are left out. A freeable input that is also an output is freed after its last
-    reader here, while the program-step rule (`Problem.is_freed`) keeps outputs: a known divergence,
-    kept as it was (tests pin it)."""
+    by the time rule: a produced buffer lives from its producer's start; one that is freed
+    (`Problem.is_freed`, the rule memory over program steps uses too) dies at `time_of_free`.
+    Non-freeable inputs (resident throughout) and freeable inputs nobody reads (never resident) are
+    left out, and so are freeable inputs that are outputs (resident throughout)."""
     out = []
     for b, buf in enumerate(problem.buffers):
         if buf.is_input:
-            if buf.freeable and problem.buffer_users[b]:  # resident from the start until its last reader ends
+            if problem.is_freed(b):  # resident from the start until its last reader ends
                 out.append((buf.size, None, problem.buffer_holders[b], True))
         else:
-            out.append((buf.size, buf.producer, problem.buffer_holders[b], not buf.is_output))
+            out.append((buf.size, buf.producer, problem.buffer_holders[b], problem.is_freed(b)))
     return out
 
 

@@ -143,7 +143,9 @@ def test_solvercast_pass_checks_its_options_and_keys_cost_fn_by_code():
     assert SolvercastPass(cost_fn=a).uuid() != SolvercastPass().uuid()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomize: the same 40 programs on every run, so CI judges the code, not the draw (the large
+# profile, experiments/fuzz.py, covers 2,000 more)
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10**6))
 def test_standing_fuzz_profile(seed):
     """Random FX programs (solvercast.fuzz): a result or a SolvercastError, the same values on real

@@ -537,11 +537,11 @@ def test_memory_curve_in_blocks_answers_like_a_full_sweep(changes, queries, bloc
             assert curve.peak_from(q) == peak
 
 
-def test_memory_over_time_frees_a_freeable_input_even_if_it_is_an_output():
-    """memory_over_time frees a freeable graph input after its last reader, output or not (the input
-    branch comes first); TimeMemory follows it: I (100 B) read by a (10 ns), A (5 B) an output."""
-    from solvercast.engine import TimeMemory
-    from solvercast.engine import memory_over_time
+def test_a_freeable_input_that_is_an_output_stays_in_both_memory_rules():
+    """Graph outputs stay until the end, freeable input or not, over time as over program steps (the
+    time rule used to free it after its last reader while the step rule kept it): I (100 B) read by a
+    (10 ns), A (5 B) an output."""
+    from solvercast.engine import TimeMemory, memory_over_time, memory_profile
 
     p = Problem((Task("a", C, 10),), (), (Buffer("I", 100, None, (0,), is_output=True, freeable=True),
                                           Buffer("A", 5, 0, (), is_output=True)),
@@ -551,4 +551,5 @@ def test_memory_over_time_frees_a_freeable_input_even_if_it_is_an_output():
     timeline.place(0, 0)
     memory.place(0)
     r = simulate(p, Schedule.original(p))
-    assert memory_over_time(p, r.start, r.end)[-1][1] == memory.peak_from(10) == 5
+    assert memory_over_time(p, r.start, r.end)[-1][1] == memory.peak_from(10) == 105
+    assert memory_profile(p, [0]).after_step[-1] == 105
