@@ -116,7 +116,7 @@ def extract_problem(
                     "in node order (run graph.lint() and fix the cycle or reorder the nodes)")
         seen.add(node)
 
-    opaque = [n for n in nodes if n.op in ("call_module", "call_method")]
+    opaque = [n for n in nodes if classify(n).kind is NodeKind.OPAQUE]
     if opaque:
         raise ExtractionError(
             f"node {opaque[0].name!r} is a {opaque[0].op} ({opaque[0].target}): solvercast cannot see or cost "
@@ -320,6 +320,8 @@ def extract_problem(
         written = set()
         for v in info[node].writes:
             written.update(canon(k) for k in storages_of.get(v, ()))
+        own_wait = primary_wait.get(node) if info[node].kind is NodeKind.COLLECTIVE else None
+        write_ends = task_id[own_wait] if own_wait is not None else t
         for k in written:
             for r in last_readers.get(k, []):
                 if r != t:
@@ -327,8 +329,7 @@ def extract_problem(
                 wait = primary_wait.get(task_nodes[r])
                 if wait is not None and task_id[wait] < t:
                     edges.add((task_id[wait], t))  # the collective reads it until its wait
-            wait = primary_wait.get(node) if info[node].kind is NodeKind.COLLECTIVE else None
-            last_writer[k] = (t, task_id[wait] if wait is not None else t)
+            last_writer[k] = (t, write_ends)
             last_readers[k] = []
 
     # Fences (send, recv, barrier) keep their place among the communication ops whether or not the
