@@ -26,6 +26,7 @@ import torch.fx as fx
 
 from ._tracing import fake_group, group_is_registered, parse_dtype
 from .fsdp import FSDP_DEFAULTS, fsdp_layers
+from .llama import FSDP_TP_DEFAULTS, LLAMA_TP_DEFAULTS, SIMPLE_FSDP_DEFAULTS, fsdp_tp, llama_tp, simple_fsdp
 from .moe import MOE_DEFAULTS, moe_block
 from .synthetic import SYNTHETIC_DEFAULTS, synthetic
 from .transformer import SP_BLOCK_DEFAULTS, TP_BLOCK_DEFAULTS, TP_MLP_DEFAULTS, sp_block, tp_block, tp_mlp
@@ -42,9 +43,9 @@ class ModelInfo:
 
 
 # parameters that may be 0 (all other integers must be >= 1)
-_ZERO_OK = {"seed", "shared_ffn"}
+_ZERO_OK = {"seed", "shared_ffn", "backward"}
 # integer parameters whose default None means "derived" (documented per model)
-_OPTIONAL_INT = {"ffn", "shared_ffn"}
+_OPTIONAL_INT = {"ffn", "shared_ffn", "kv_heads"}
 _FLOAT = {"comm_fraction"}
 
 MODELS: dict[str, ModelInfo] = {
@@ -62,6 +63,14 @@ MODELS: dict[str, ModelInfo] = {
         ModelInfo("moe_block", "Expert-parallel MoE: router softmax/topk, all_to_all dispatch, batched expert "
                   "MLP, all_to_all combine, weighted sum, plus a shared dense MLP (shared_ffn=0 disables)",
                   MOE_DEFAULTS, moe_block),
+        ModelInfo("llama_tp", "Llama blocks (RMSNorm, SDPA attention, SwiGLU) made tensor + sequence parallel by "
+                  "parallelize_module; the post-grad graph torch.compile gives (backward=1: the backward graph, "
+                  "0: the forward)", LLAMA_TP_DEFAULTS, llama_tp),
+        ModelInfo("simple_fsdp", "Llama blocks under FSDP from DTensor parametrizations (torchtitan's SimpleFSDP): "
+                  "all_gather in the forward graph, reduce_scatter of gradients in the backward graph",
+                  SIMPLE_FSDP_DEFAULTS, simple_fsdp),
+        ModelInfo("fsdp_tp", "Llama blocks with SimpleFSDP over dp and tensor + sequence parallel over tp on a 2-D "
+                  "mesh: two process groups", FSDP_TP_DEFAULTS, fsdp_tp),
         ModelInfo("synthetic", "Seeded random DAG of mm/add/mul/relu and collectives with randomly placed "
                   "waits; tasks = number of call_function nodes", SYNTHETIC_DEFAULTS, synthetic),
     )

@@ -80,7 +80,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 # fake process groups
 # --------------------------------------------------------------------------
 
-_GROUPS: dict[int, tuple[str, Any]] = {}  # world size -> (name, ProcessGroup or None); keeps pgs alive
+_GROUPS: dict[tuple[str, int], tuple[str, Any]] = {}  # (tag, world size) -> (name, ProcessGroup or None); keeps pgs alive
 _LOCK = threading.Lock()
 
 
@@ -123,36 +123,39 @@ def _still_registered(name: str, world_size: int) -> bool:
         return False
 
 
-def fake_group(world_size: int) -> str:
-    """Deterministic group name for ``world_size`` fake ranks, registered once per process."""
+def fake_group(world_size: int, tag: str = "") -> str:
+    """Deterministic group name for ``world_size`` fake ranks, registered once per process.
+    ``tag`` names one of several groups of a mesh (``dp``, ``tp``): groups with different tags are
+    different communicators even when their sizes are equal."""
     world_size = int(world_size)
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
+    key = (str(tag), world_size)
     with _LOCK:
-        hit = _GROUPS.get(world_size)
+        hit = _GROUPS.get(key)
         if hit is not None:
             name, pg = hit
             if pg is not None and not _still_registered(name, world_size):
                 # e.g. dist.destroy_process_group() unregistered every group
                 try:
-                    _GROUPS[world_size] = (name, _make_registered_fake_pg(name, world_size))
+                    _GROUPS[key] = (name, _make_registered_fake_pg(name, world_size))
                 except Exception:  # pragma: no cover
-                    _GROUPS[world_size] = (name, None)
+                    _GROUPS[key] = (name, None)
             return name
-        name = f"solvercast_fake_w{world_size}"
+        name = f"solvercast_fake_{tag}_w{world_size}" if tag else f"solvercast_fake_w{world_size}"
         try:
             pg = _make_registered_fake_pg(name, world_size)
         except Exception:  # pragma: no cover - depends on the torch build
             pg = None
-        _GROUPS[world_size] = (name, pg)
+        _GROUPS[key] = (name, pg)
         return name
 
 
-def group_is_registered(world_size: int) -> bool:
+def group_is_registered(world_size: int, tag: str = "") -> bool:
     """True when :func:`fake_group` could register a real (fake-backend) group,
     i.e. graphs using it can be executed eagerly."""
-    fake_group(world_size)
-    return _GROUPS[int(world_size)][1] is not None
+    fake_group(world_size, tag)
+    return _GROUPS[(str(tag), int(world_size))][1] is not None
 
 
 # --------------------------------------------------------------------------
