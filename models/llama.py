@@ -24,6 +24,7 @@ gradients), ``backward=0`` the forward graph. Group names are solvercast's fake 
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -192,7 +193,18 @@ def _check(p: dict[str, Any], tp: int, dp: int) -> tuple[int, int, int]:
     return kv, hidden, dim // heads
 
 
+_BUILT: dict[tuple, fx.GraphModule] = {}
+
+
 def _build(name: str, p: dict[str, Any], dp: int, tp: int) -> fx.GraphModule:
+    """A copy of the captured graph: a compile takes seconds, so each build is captured once per process."""
+    key = (name, tuple(sorted(p.items())))
+    if key not in _BUILT:
+        _BUILT[key] = _capture(name, p, dp, tp)
+    return copy.deepcopy(_BUILT[key])
+
+
+def _capture(name: str, p: dict[str, Any], dp: int, tp: int) -> fx.GraphModule:
     kv, hidden, _ = _check(p, tp, dp)
     dims = [(n, s) for n, s in (("dp", dp), ("tp", tp)) if n in _MESH_DIMS[name]]
     batch_per_rank = p["batch"] // dp if "dp" in _MESH_DIMS[name] else p["batch"]

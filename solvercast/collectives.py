@@ -50,7 +50,7 @@ from solvercast.fxmeta import bound_args, hint_int, node_val, op_target, val_byt
 
 __all__ = [
     "CollectiveKind", "REGISTRY", "COLLECTIVE_KINDS", "COLLECTIVE_OCCUPANCY", "collective_time",
-    "collective_kind_and_group", "kind_of_op", "wait_op",
+    "collective_kind_and_group", "kind_of_op", "legacy_process_group", "wait_op",
 ]
 
 #: Occupancy reported for collectives: NCCL runs on a handful of channels
@@ -222,15 +222,53 @@ def _group_size_from_name(group_name: Any, default_group_size: int) -> int:
     return int(default_group_size)
 
 
+def legacy_process_group(node: torch.fx.Node) -> Any:
+    """The ``ProcessGroup`` a legacy ``c10d`` collective runs on: its torchbind ``process_group``
+    argument (a ``get_attr`` of the traced module, as make_fx records it), unboxed; None when the
+    graph does not carry it (or this is no legacy collective)."""
+    target = op_target(node.target)
+    if target not in LEGACY_OPS:
+        return None
+    pg = bound_args(node, target).get("process_group")
+    if isinstance(pg, torch.fx.Node):
+        if pg.op != "get_attr" or pg.graph.owning_module is None:
+            return None
+        obj: Any = pg.graph.owning_module
+        for part in str(pg.target).split("."):
+            obj = getattr(obj, part, None)
+        pg = obj
+    if isinstance(pg, torch.ScriptObject):
+        try:
+            import torch.distributed as dist
+
+            pg = dist.ProcessGroup.unbox(pg)
+        except Exception:  # another torchbind class, or no c10d in this build
+            return None
+    return pg if pg is not None and callable(getattr(pg, "size", None)) else None
+
+
+def _default_group_size(default_group_size: int) -> int:
+    """The default process group's size when this process has one, else ``default_group_size``."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return int(dist.get_world_size())
+    except Exception:
+        pass
+    return int(default_group_size)
+
+
 def collective_kind_and_group(
     node: torch.fx.Node, default_group_size: int = 8
 ) -> tuple[str, int, int]:
     """``(kind, group_size, nbytes)`` of a ``_c10d_functional`` collective node.
 
     kind is one of :data:`COLLECTIVE_KINDS`. group_size comes from the op's
-    ``group_size`` argument (all_gather / reduce_scatter) or from the process
-    group registered under ``group_name`` (others), else
-    ``default_group_size``. nbytes: the record's ``wire_bytes`` (see the
+    ``group_size`` argument (all_gather / reduce_scatter), from the process
+    group registered under ``group_name`` (others), for legacy ``c10d`` ops
+    from their ``ProcessGroup`` argument (`legacy_process_group`) or the
+    default group, else ``default_group_size``. nbytes: the record's ``wire_bytes`` (see the
     module docstring). Raises ``ValueError`` for other nodes.
     """
     target = op_target(node.target)
@@ -245,6 +283,10 @@ def collective_kind_and_group(
 
     if "group_size" in bound and bound["group_size"] is not None:
         group_size = hint_int(bound["group_size"], fallback=default_group_size)
+    elif legacy is not None:  # a torchbind ProcessGroup where the graph carries it, else the default group
+        pg = legacy_process_group(node)
+        group_size = _group_size_from_name(pg, default_group_size) if pg is not None \
+            else _default_group_size(default_group_size)
     else:
         group_size = _group_size_from_name(bound.get("group_name"), default_group_size)
     return record.name, group_size, record.wire_bytes(in_bytes, out_bytes, group_size)

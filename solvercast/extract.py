@@ -82,7 +82,7 @@ def extract_problem(
     comm_ops: Iterable | None = None,
     cost_fn: Callable[[fx.Node], float | None] | None = None,
     *,
-    comm_streams: int = 1,
+    comm_streams: int | None = None,
     memory_budget: int | None = None,
     freeable_inputs: Iterable[str] = (),
     preserve_collective_order: bool = True,
@@ -90,6 +90,10 @@ def extract_problem(
     cost_model: CostModel | None = None,
 ) -> Problem:
     """Build the scheduling Problem of ``gm``.
+
+    Streams: ``compute_streams`` compute streams, and ``comm_streams`` comm
+    streams (None: one per process group the collectives use; each
+    collective runs on its group's, `Problem.comm_stream`).
 
     Costs: ``cost_model`` if given, else `AnalyticCostModel` of ``device``
     (``default_group_size`` sizes collectives whose process group cannot be
@@ -176,6 +180,11 @@ def extract_problem(
     task_nodes = [n for n in nodes if is_task(n)]
     task_id = {n: i for i, n in enumerate(task_nodes)}
     info = {n: classify(n) for n in task_nodes}
+    # process groups in order of first use: each is a communicator with its own comm stream
+    group_index: dict[str | None, int] = {}
+    for node in task_nodes:
+        if info[node].kind is NodeKind.COLLECTIVE:
+            group_index.setdefault(info[node].group_name, len(group_index))
 
     def collective_behind(node: fx.Node) -> fx.Node | None:
         """The collective a wait completes, looking through getitem of coalesced results."""
@@ -278,9 +287,11 @@ def extract_problem(
                 raise
             except Exception as e:  # the cost model cannot size this op
                 raise ExtractionError(f"node {node.name!r} ({op_name}): cannot estimate its cost: {e}") from e
+        group = group_index.get(info[node].group_name, 0) if info[node].kind is NodeKind.COLLECTIVE else 0
         tasks.append(Task(name=node.name, role=role, duration=duration, occupancy=min(1.0, max(occupancy, 1e-6)),
                           waits_for=task_id[collective_behind(node.args[0])] if role == Role.WAIT else None,
-                          op=op_name, movable=any(storages_of.get(i) for i in node.all_input_nodes)))
+                          op=op_name, movable=any(storages_of.get(i) for i in node.all_input_nodes),
+                          group=group if role == Role.COMM else 0))
 
     # ---- buffers -------------------------------------------------------------------------
     producer: dict[tuple[int, str], int | None] = {}
@@ -354,7 +365,8 @@ def extract_problem(
         buffers.append(Buffer(name=name, size=storage_bytes[k], producer=prod, users=tuple(users[k]),
                               is_output=k in output_storages, freeable=prod is None and name in freeable))
 
-    machine = Machine(compute_streams=compute_streams, comm_streams=comm_streams,
+    machine = Machine(compute_streams=compute_streams,
+                      comm_streams=max(1, len(group_index)) if comm_streams is None else comm_streams,
                       sync_overhead=costs.sync_overhead(), memory_budget=memory_budget)
     return Problem(tasks=tuple(tasks), edges=tuple(edges), buffers=tuple(buffers), machine=machine,
                    preserve_collective_order=preserve_collective_order,

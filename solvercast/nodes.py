@@ -37,7 +37,7 @@ import torch
 import torch.fx as fx
 
 from solvercast import ops
-from solvercast.collectives import FENCE_OPS, LEGACY_OPS, CollectiveKind, kind_of_op, wait_op
+from solvercast.collectives import FENCE_OPS, LEGACY_OPS, CollectiveKind, kind_of_op, legacy_process_group, wait_op
 from solvercast.fxmeta import bound_args, op_target
 
 __all__ = [
@@ -68,7 +68,8 @@ class NodeInfo:
 
     * ``collective``: the kind's record (COLLECTIVE only).
     * ``group_name``: the process group a collective runs on, as named by its
-      ``group_name`` argument (None when it has none).
+      ``group_name`` argument, or for a legacy ``c10d`` op by its
+      ``ProcessGroup`` argument (None when it has none).
     * ``mutated_args``: schema names of the arguments the op writes in place
       (``self`` of ``add_``, ``out`` of an out= variant, ``input`` of
       ``all_reduce_``); ``writes``: the nodes passed there (tensor lists
@@ -224,6 +225,9 @@ def classify(node: fx.Node) -> NodeInfo:
             if isinstance(v, fx.Node):
                 writes.append(v)
     group = bound.get("group_name") if facts.kind is NodeKind.COLLECTIVE else None
+    if facts.kind is NodeKind.COLLECTIVE and target in LEGACY_OPS:
+        pg = legacy_process_group(node)
+        group = getattr(pg, "group_name", None) if pg is not None else None
     return NodeInfo(facts.kind, collective=facts.collective, group_name=None if group is None else str(group),
                     mutated_args=facts.written, writes=tuple(writes), aliases=aliases,
                     distributed=facts.distributed)

@@ -11,10 +11,14 @@ Conventions every part of solvercast relies on:
 * Streams are integers: ``0 .. C-1`` are compute streams (0 is the default
   stream), ``C .. C+M-1`` are comm streams.
 * A COMM task that some WAIT task names in ``waits_for`` is an *asynchronous*
-  collective: it runs on a comm stream, launched from its place in program
-  order on the default compute stream. A COMM task with no wait is a
-  *synchronous* comm op: it may run on a compute stream (as in the original
-  graph) or be moved to a comm stream.
+  collective: it runs on its process group's comm stream, launched from its
+  place in program order on the default compute stream. A COMM task with no
+  wait is a *synchronous* comm op: it may run on a compute stream (as in the
+  original graph) or be moved to its group's comm stream.
+* One comm stream per process group: a COMM task's ``group`` (0, 1, ...: the
+  groups in order of first use) runs on comm stream ``C + group % M`` (NCCL
+  serialises the collectives of one communicator, not across communicators);
+  with fewer comm streams than groups, groups share streams.
 * Durations are integer nanoseconds.
 """
 
@@ -46,6 +50,7 @@ class Task:
     # False for ops with no tensor input (factory ops like zeros): lowering moves a task to another
     # stream through its inputs, so these stay on the default stream
     movable: bool = True
+    group: int = 0  # COMM only: its process group (0, 1, ... in order of first use), which picks its comm stream
 
     def __post_init__(self):
         if not isinstance(self.role, Role):
@@ -56,6 +61,9 @@ class Task:
             raise InvalidProblemError(f"task {self.name!r}: occupancy must be in (0, 1], got {self.occupancy!r}")
         if self.role in (Role.WAIT, Role.FREE) and self.duration:
             raise InvalidProblemError(f"task {self.name!r}: a {self.role.value} task takes no time, got duration {self.duration}")
+        if self.group < 0 or int(self.group) != self.group or (self.group and self.role != Role.COMM):
+            raise InvalidProblemError(f"task {self.name!r}: group must be an integer >= 0, and 0 unless it is a COMM task, "
+                                      f"got {self.group!r}")
         if (self.role == Role.WAIT) != (self.waits_for is not None):
             raise InvalidProblemError(f"task {self.name!r}: exactly the WAIT tasks name the collective they wait for (waits_for)")
 
@@ -274,20 +282,25 @@ class Problem:
         """Bytes resident for the whole step: graph inputs not declared freeable."""
         return sum(b.size for b in self.buffers if b.is_input and not b.freeable)
 
+    def comm_stream(self, t: int) -> int:
+        """The comm stream of COMM task ``t``: its process group's (one comm stream per group)."""
+        m = self.machine
+        return m.compute_streams + self.tasks[t].group % m.comm_streams
+
     def allowed_streams(self, t: int) -> range | tuple[int, ...]:
         m = self.machine
         task = self.tasks[t]
         if task.role == Role.COMM:
             if self.is_async_comm(t):
-                return m.comm_stream_ids
-            return tuple(m.compute_stream_ids) + tuple(m.comm_stream_ids)
+                return (self.comm_stream(t),)
+            return tuple(m.compute_stream_ids) + (self.comm_stream(t),)
         if not task.movable:
             return (0,)
         return m.compute_stream_ids
 
     def default_stream(self, t: int) -> int:
         """The stream a task runs on in the original graph."""
-        return self.machine.compute_streams if self.is_async_comm(t) else 0
+        return self.comm_stream(t) if self.is_async_comm(t) else 0
 
     # ---- variants ---------------------------------------------------------------------
     def with_budget(self, memory_budget: int | None) -> "Problem":

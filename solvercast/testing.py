@@ -133,19 +133,22 @@ def random_topological_order(problem: Problem, rng: random.Random, keep_comm_ord
 
 def random_inputs(gm, seed: int = 0, device: str = "cpu") -> list:
     """Random tensors of ``gm``'s placeholders' shapes and dtypes (from ``meta["val"]``), scaled by
-    1/sqrt(last dim) so that deep graphs stay finite; integer inputs are 0/1."""
+    1/sqrt(last dim) so that deep graphs stay finite; integer inputs are 0/1. A placeholder whose
+    value is no tensor (the opaque DeviceMesh a DTensor graph passes through) gets None."""
     gen = torch.Generator().manual_seed(seed)
     out = []
     for node in gm.graph.nodes:
         if node.op != "placeholder":
             continue
         val = node.meta["val"]
-        if val.dtype.is_floating_point:
+        if not isinstance(val, torch.Tensor):
+            out.append(None)
+        elif val.dtype.is_floating_point:
             scale = max(val.shape[-1] if val.dim() else 1, 1) ** -0.5
             out.append((torch.randn(tuple(val.shape), generator=gen) * scale).to(val.dtype))
         else:
             out.append(torch.randint(0, 2, tuple(val.shape), generator=gen, dtype=val.dtype))
-    return [t.to(device) for t in out]
+    return [t if t is None else t.to(device) for t in out]
 
 
 _C10D = torch.ops._c10d_functional
