@@ -64,6 +64,15 @@ def _returns_nothing(node: fx.Node) -> bool:
     return node.op == "call_function" and schema is not None and len(schema.returns) == 0
 
 
+def _is_none_item(node: fx.Node) -> bool:
+    """A getitem of a container whose value holds None at that index."""
+    if classify(node).kind is not NodeKind.GETITEM or len(node.args) < 2 or not isinstance(node.args[0], fx.Node):
+        return False
+    container, index = node.args[0].meta.get("val"), node.args[1]
+    return isinstance(container, (list, tuple)) and isinstance(index, int) and -len(container) <= index < len(container) \
+        and container[index] is None
+
+
 def _matches(node: fx.Node, ops: Iterable) -> bool:
     target = node.target
     packet = getattr(target, "overloadpacket", None)
@@ -154,6 +163,8 @@ def extract_problem(
             return obj
         if "val" not in node.meta:
             if _returns_nothing(node):  # make_fx records no value for ops that return None (foreach_add_, ...)
+                return None
+            if _is_none_item(node):  # the None result of a with_effects node
                 return None
             raise ExtractionError(
                 f"node {node.name!r} ({node.op} {node.target}) has no meta['val']: trace the model with "
@@ -343,11 +354,13 @@ def extract_problem(
             last_writer[k] = (t, write_ends)
             last_readers[k] = []
 
-    # Fences (send, recv, barrier) keep their place among the communication ops whether or not the
-    # collective order is preserved: each is chained to the comm ops just before and after it.
-    comm = [task_id[n] for n in task_nodes if info[n].kind in (NodeKind.COLLECTIVE, NodeKind.FENCE)]
+    # Fences (send, recv, barrier, and effect-token ordering: with_effects) keep their place among the
+    # communication ops whether or not the collective order is preserved: each is chained to the comm ops
+    # (and fences) just before and after it.
+    fences = (NodeKind.FENCE, NodeKind.EFFECT)
+    comm = [task_id[n] for n in task_nodes if info[n].kind in (NodeKind.COLLECTIVE, *fences)]
     for i, t in enumerate(comm):
-        if info[task_nodes[t]].kind is NodeKind.FENCE:
+        if info[task_nodes[t]].kind in fences:
             if i:
                 edges.add((comm[i - 1], t))
             if i + 1 < len(comm):

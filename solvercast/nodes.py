@@ -59,6 +59,7 @@ class NodeKind(enum.Enum):
     VIEW = "view"  # a non-mutating alias of an input (by schema)
     ANCHOR = "anchor"  # solvercast.record / wait_and_bind: stream bookkeeping, no kernel, no memory
     FENCE = "fence"  # send / recv / barrier: communication must not be reordered across it
+    EFFECT = "effect"  # higher_order.with_effects: effect-token ordering, a fence for communication (not itself one)
     COMPUTE = "compute"  # everything else: a kernel
 
 
@@ -104,6 +105,8 @@ METADATA_OPS = frozenset({_aten.sym_size.int, _aten.sym_numel.default, _aten.sym
 _UNDECLARED_VIEWS = frozenset(
     getattr(_aten, n).default for n in ("_unsafe_view", "_reshape_alias") if hasattr(_aten, n)
 )
+
+_WITH_EFFECTS = getattr(getattr(torch.ops, "higher_order", None), "with_effects", None)
 
 _NODE_OPS = {"placeholder": NodeKind.INPUT, "get_attr": NodeKind.INPUT, "output": NodeKind.OUTPUT}
 
@@ -173,6 +176,8 @@ def _op_facts(target: Any) -> _OpFacts:
     fence = FENCE_OPS.get(target) if distributed else None
     if fence is not None:
         return _OpFacts(NodeKind.FENCE, None, (fence,) if fence else (), distributed, ())
+    if target is _WITH_EFFECTS and target is not None:
+        return _OpFacts(NodeKind.EFFECT, None, (), distributed, ())
     collective = kind_of_op(target)
     if collective is not None:
         kind = NodeKind.COLLECTIVE
