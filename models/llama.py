@@ -16,9 +16,11 @@ embedding, no vocabulary: the graphs are the blocks, which is where the collecti
   FSDP-sharded over ``dp``, as SimpleFSDP's ``replicate_compute`` does for DP + TP. Two process
   groups, two communicators.
 
-Parameters and inputs are fake tensors (any size builds; nothing runs). ``backward=1`` (default)
-returns the backward graph (inputs: saved activations and the output's gradient; outputs: the
-gradients), ``backward=0`` the forward graph. Group names are solvercast's fake groups
+Parameters and inputs are fake tensors (any size builds; nothing runs). A training step compiles to
+two graphs: ``backward=1`` (default) returns the backward graph (inputs: saved activations and the
+output's gradient; outputs: the gradients), ``backward=0`` the forward graph (outputs: the blocks'
+output and the activations saved for backward). ``batch`` is the global batch (split over dp),
+``seq`` the full sequence (split over tp by sequence parallelism). Group names are solvercast's fake groups
 (``solvercast_fake_{dp,tp}_w{N}``; `models._capture`).
 """
 
@@ -193,50 +195,65 @@ def _check(p: dict[str, Any], tp: int, dp: int) -> tuple[int, int, int]:
     return kv, hidden, dim // heads
 
 
-_BUILT: dict[tuple, fx.GraphModule] = {}
+_BUILT: dict[tuple, list[fx.GraphModule]] = {}
 
 
 def _build(name: str, p: dict[str, Any], dp: int, tp: int) -> fx.GraphModule:
-    """A copy of the captured graph: a compile takes seconds, so each build is captured once per process."""
-    key = (name, tuple(sorted(p.items())))
+    """A copy of the captured forward or backward graph. One compile gives both, and takes seconds:
+    each step is captured once per process."""
+    _check(p, tp, dp)
+    key = (name, tuple(sorted((k, v) for k, v in p.items() if k != "backward")))
     if key not in _BUILT:
         _BUILT[key] = _capture(name, p, dp, tp)
-    return copy.deepcopy(_BUILT[key])
-
-
-def _capture(name: str, p: dict[str, Any], dp: int, tp: int) -> fx.GraphModule:
-    kv, hidden, _ = _check(p, tp, dp)
-    dims = [(n, s) for n, s in (("dp", dp), ("tp", tp)) if n in _MESH_DIMS[name]]
-    batch_per_rank = p["batch"] // dp if "dp" in _MESH_DIMS[name] else p["batch"]
-    require(batch_per_rank * (dp if "dp" in _MESH_DIMS[name] else 1) == p["batch"],
-            f"{name}: batch {p['batch']} is not divisible by dp={dp}")
-    seq_per_rank = p["seq"] // tp if "tp" in _MESH_DIMS[name] else p["seq"]
-    dt = p["dtype"]
-    with fake_mesh([s for _, s in dims], [n for n, _ in dims]) as mesh:
-        renames = mesh_group_names(mesh)
-        with FakeTensorMode(allow_non_fake_inputs=False):
-            previous = torch.get_default_dtype()
-            torch.set_default_dtype(dt)  # parameters made in dt (``.to`` cannot swap fake parameters)
-            try:
-                model = Blocks(p["layers"], p["dim"], p["heads"], kv, hidden)
-            finally:
-                torch.set_default_dtype(previous)
-            if "tp" in _MESH_DIMS[name]:
-                tensor_parallel(model, mesh["tp"])
-            if "dp" in _MESH_DIMS[name]:
-                data_parallel(model, mesh["dp"])
-            x = torch.randn(batch_per_rank, seq_per_rank, p["dim"], dtype=dt, requires_grad=bool(p["backward"]))
-        graphs = capture_post_grad(model, [x], backward=bool(p["backward"]))
-    groups = {n: fake_group(s, tag=n) for n, s in dims}  # destroying the default group unregistered ours too
-    gm = graphs[-1]
-    rename_groups(gm, renames)
-    params = {k: (dtype_name(v) if isinstance(v, torch.dtype) else v) for k, v in p.items()}
-    gm.meta["solvercast"] = {"model": name, "params": params, "world_size": dp * tp,
-                             "group_name": groups[dims[-1][0]], "groups": groups}
+    gm = copy.deepcopy(_BUILT[key][p["backward"]])
+    gm.meta["solvercast"]["params"]["backward"] = p["backward"]
     return gm
 
 
-_MESH_DIMS = {"llama_tp": ("tp",), "simple_fsdp": ("dp",), "fsdp_tp": ("dp", "tp")}
+def mesh_dims(name: str, p: dict[str, Any]) -> list[tuple[str, int]]:
+    """The model's mesh: ``[(dimension name, size)]``."""
+    sizes = {"llama_tp": {"tp": p.get("world_size")}, "simple_fsdp": {"dp": p.get("world_size")},
+             "fsdp_tp": {"dp": p.get("dp"), "tp": p.get("tp")}}[name]
+    return [(n, int(s)) for n, s in sizes.items()]
+
+
+def make_step(name: str, p: dict[str, Any], mesh: Any) -> tuple[nn.Module, torch.Tensor]:
+    """The parallelised blocks of model ``name`` on ``mesh`` and their per-rank input (requires grad),
+    made in the current tensor mode (fake tensors under a ``FakeTensorMode``)."""
+    dims = dict(mesh_dims(name, p))
+    dp, tp = dims.get("dp", 1), dims.get("tp", 1)
+    kv, hidden, _ = _check(p, tp, dp)
+    divisible(p["batch"], dp, f"{name}: batch across dp")
+    dt = p["dtype"]
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dt)  # parameters made in dt (``.to`` cannot swap fake parameters)
+    try:
+        model = Blocks(p["layers"], p["dim"], p["heads"], kv, hidden)
+    finally:
+        torch.set_default_dtype(previous)
+    if "tp" in dims:
+        tensor_parallel(model, mesh["tp"])
+    if "dp" in dims:
+        data_parallel(model, mesh["dp"])
+    x = torch.randn(p["batch"] // dp, p["seq"] // tp, p["dim"], dtype=dt, requires_grad=True)
+    return model, x
+
+
+def _capture(name: str, p: dict[str, Any], dp: int, tp: int) -> list[fx.GraphModule]:
+    dims = mesh_dims(name, p)
+    with fake_mesh([s for _, s in dims], [n for n, _ in dims]) as mesh:
+        renames = mesh_group_names(mesh)
+        with FakeTensorMode():
+            model, x = make_step(name, p, mesh)
+        graphs = capture_post_grad(model, [x], backward=True)
+    groups = {n: fake_group(s, tag=n) for n, s in dims}  # destroying the default group unregistered ours too
+    params = {k: (dtype_name(v) if isinstance(v, torch.dtype) else v) for k, v in p.items()}
+    for gm in graphs:
+        rename_groups(gm, renames)
+        gm.meta["solvercast"] = {"model": name, "params": dict(params), "world_size": dp * tp,
+                                 "group_name": groups[dims[-1][0]], "groups": groups}
+    return graphs
+
 
 
 def llama_tp(p: dict[str, Any]) -> fx.GraphModule:
