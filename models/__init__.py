@@ -4,7 +4,9 @@
 >>> gm = build("tp_block", layers=2, world_size=4)
 
 Every graph is traced with ``make_fx(tracing_mode="fake")`` (or built node by
-node on fake tensors for ``synthetic``), so every node carries
+node on fake tensors for ``synthetic``; ``llama_tp``, ``simple_fsdp`` and
+``fsdp_tp`` are what torch.compile's post-grad hook sees of PyTorch's own
+DTensor parallelism, `models/_capture.py`), so every node carries
 ``meta["val"]`` and no real memory is used. Collectives are
 ``torch.ops._c10d_functional`` ops, each followed by a separate
 ``wait_tensor`` placed right before the result is first used. Group names
