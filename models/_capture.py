@@ -11,9 +11,9 @@ runs before its post-grad passes (``view_to_reshape``, fake tensor propagation) 
 passes themselves, hands the graph to the hook, then stops the compile. No kernel is compiled
 and nothing runs, so inputs may be fake tensors of any size (Llama-3-8B dimensions on a laptop).
 
-`fake_mesh(shape, names)` owns the default process group (``fake`` backend) for the duration of
-one build: DTensor's ``DeviceMesh`` needs it. Afterwards the default group is destroyed again and
-the captured graphs name solvercast's stand-alone fake groups instead (`fake_group` with the mesh
+`fake_mesh(shape, names)` makes the default process group (``fake`` backend) for the duration of
+one build when the process has none: DTensor's ``DeviceMesh`` needs it. Afterwards the default
+group is destroyed again, and in any case the captured graphs name solvercast's stand-alone fake groups instead (`fake_group` with the mesh
 dimension's name as tag), so the graphs stay resolvable (group sizes for the cost model) and
 deterministic.
 """
@@ -106,21 +106,27 @@ def capture_post_grad(fn: Callable[..., Any], args: Sequence[Any], backward: boo
 
 @contextlib.contextmanager
 def fake_mesh(shape: Sequence[int], names: Sequence[str]) -> Iterator[Any]:
-    """A CPU ``DeviceMesh`` of ``shape`` over the ``fake`` backend (we are rank 0), holding the default
-    process group for the duration of the block. Raises ``RuntimeError`` if a default group exists
-    already (it belongs to someone else)."""
+    """A CPU ``DeviceMesh`` of ``shape`` over the ``fake`` backend (we are rank 0). Without a default
+    process group, one of ``prod(shape)`` fake ranks is made for the duration of the block; a fake
+    default group that exists already (another user's) is used as is when it has enough ranks (the
+    mesh takes its first ones). Raises ``RuntimeError`` for any other default group."""
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.device_mesh import DeviceMesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    if dist.is_initialized():
-        raise RuntimeError("building a DTensor model needs the default process group, and one exists already: "
+    ranks = math.prod(shape)
+    owned = not dist.is_initialized()
+    if owned:
+        dist.init_process_group("fake", rank=0, world_size=ranks, store=FakeStore())
+    elif dist.get_backend() != "fake" or dist.get_world_size() < ranks or dist.get_rank() != 0:
+        raise RuntimeError(f"building a DTensor model needs a fake default process group of >= {ranks} ranks "
+                           f"(rank 0); this process has a {dist.get_backend()!r} one of {dist.get_world_size()}: "
                            "build it in a process that has not called init_process_group")
-    dist.init_process_group("fake", rank=0, world_size=math.prod(shape), store=FakeStore())
     try:
-        yield init_device_mesh("cpu", tuple(shape), mesh_dim_names=tuple(names))
+        yield DeviceMesh("cpu", torch.arange(ranks).view(tuple(shape)), mesh_dim_names=tuple(names))
     finally:
-        dist.destroy_process_group()
+        if owned:
+            dist.destroy_process_group()
 
 
 def rename_groups(gm: fx.GraphModule, names: dict[str, str]) -> None:
