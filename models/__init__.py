@@ -72,7 +72,7 @@ MODELS: dict[str, ModelInfo] = {
                   "all_gather in the forward graph, reduce_scatter of gradients in the backward graph",
                   SIMPLE_FSDP_DEFAULTS, simple_fsdp),
         ModelInfo("fsdp_tp", "Llama blocks with SimpleFSDP over dp and tensor + sequence parallel over tp on a 2-D "
-                  "mesh: two process groups", FSDP_TP_DEFAULTS, fsdp_tp),
+                  "mesh (dp = world_size / tp): two process groups", FSDP_TP_DEFAULTS, fsdp_tp),
         ModelInfo("synthetic", "Seeded random DAG of mm/add/mul/relu and collectives with randomly placed "
                   "waits; tasks = number of call_function nodes", SYNTHETIC_DEFAULTS, synthetic),
     )

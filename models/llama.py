@@ -38,11 +38,11 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from ._capture import capture_post_grad, fake_mesh, mesh_group_names, rename_groups
 from ._tracing import divisible, dtype_name, fake_group, require
 
-LLAMA_COMMON = {"layers": 2, "dim": 256, "heads": 4, "kv_heads": None, "ffn": None, "seq": 64, "batch": 1,
+LLAMA_COMMON = {"layers": 1, "dim": 256, "heads": 4, "kv_heads": None, "ffn": None, "seq": 64, "batch": 1,
                 "dtype": "float32", "backward": 1}
 LLAMA_TP_DEFAULTS = {**LLAMA_COMMON, "world_size": 2}
 SIMPLE_FSDP_DEFAULTS = {**LLAMA_COMMON, "batch": 2, "world_size": 2}
-FSDP_TP_DEFAULTS = {**LLAMA_COMMON, "batch": 2, "dp": 2, "tp": 2}
+FSDP_TP_DEFAULTS = {**LLAMA_COMMON, "batch": 2, "world_size": 4, "tp": 2}  # dp = world_size / tp
 
 _EPS = 1e-5
 
@@ -213,7 +213,7 @@ def _build(name: str, p: dict[str, Any], dp: int, tp: int) -> fx.GraphModule:
 def mesh_dims(name: str, p: dict[str, Any]) -> list[tuple[str, int]]:
     """The model's mesh: ``[(dimension name, size)]``."""
     sizes = {"llama_tp": {"tp": p.get("world_size")}, "simple_fsdp": {"dp": p.get("world_size")},
-             "fsdp_tp": {"dp": p.get("dp"), "tp": p.get("tp")}}[name]
+             "fsdp_tp": {"dp": p.get("world_size", 0) // p.get("tp", 1), "tp": p.get("tp")}}[name]
     return [(n, int(s)) for n, s in sizes.items()]
 
 
@@ -265,4 +265,5 @@ def simple_fsdp(p: dict[str, Any]) -> fx.GraphModule:
 
 
 def fsdp_tp(p: dict[str, Any]) -> fx.GraphModule:
-    return _build("fsdp_tp", p, dp=p["dp"], tp=p["tp"])
+    divisible(p["world_size"], p["tp"], "fsdp_tp: world_size across tp (dp = world_size / tp)")
+    return _build("fsdp_tp", p, dp=p["world_size"] // p["tp"], tp=p["tp"])

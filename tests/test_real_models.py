@@ -73,6 +73,8 @@ def test_parameters_are_checked_before_compiling():
         build("simple_fsdp", backward=2)
     with pytest.raises(ValueError, match="batch across dp"):
         build("fsdp_tp", batch=3)
+    with pytest.raises(ValueError, match="world_size across tp"):
+        build("fsdp_tp", world_size=6, tp=4)
 
 
 @pytest.mark.heavy
