@@ -92,15 +92,31 @@ def _op_name(target: Any) -> str:
     return f"{getattr(target, '__module__', '') or ''}.{getattr(target, '__qualname__', target)}".lstrip(".")
 
 
+# a Python number passed where the schema takes a Tensor runs as a 0-d "wrapped number" tensor, which
+# the profiler records as one
+_WRAPPED_NUMBER = ((bool, "bool"), (int, "long int"), (float, "double"))
+
+
 def node_op_key(node: fx.Node) -> str:
     """`op_key` of a ``call_function`` node, from the fake values of its arguments."""
     target = op_target(node.target)
-    if getattr(target, "_schema", None) is not None:
-        values = list(bound_args(node, target).values())
+    schema = getattr(target, "_schema", None)
+    tensor_params: set[str] = set()
+    if schema is not None:
+        bound = bound_args(node, target)
+        values = list(bound.values())
+        tensor_params = {a.name for a in schema.arguments if isinstance(a.type, torch.TensorType)}
+        names = list(bound)
     else:
         values = list(node.args) + list(node.kwargs.values())
+        names = [""] * len(values)
     sigs: list[TensorSig] = []
-    for value in values:
+    for name, value in zip(names, values):
+        if name in tensor_params and not isinstance(value, fx.Node):
+            wrapped = next((t for kind, t in _WRAPPED_NUMBER if isinstance(value, kind)), None)
+            if wrapped is not None:
+                sigs.append(((), wrapped, ()))
+                continue
         in_list = isinstance(value, (list, tuple))
         for item in (value if in_list else (value,)):
             v = node_val(item) if isinstance(item, fx.Node) else item
