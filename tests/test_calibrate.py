@@ -299,3 +299,24 @@ def test_ranks_agree_on_one_table_and_one_schedule(two_ranks):
     assert r0["agreed_key"] == r1["agreed_key"]
     assert r0["durations"] == r1["durations"]
     assert r0["order"] == r1["order"] and r0["streams"] == r1["streams"]
+
+
+# ---- the check against measured runs ------------------------------------------------------------------
+
+
+@pytest.mark.heavy
+def test_calibrated_simulate_predicts_measured_cpu_runs(tmp_path):
+    """experiments/calibration.py: for every zoo model, the makespan simulate predicts for the original
+    order with calibrated costs is within 15% of the module's measured run (one CPU thread, medians;
+    see the script for the clock and the collectives). Can fail: it compares two measurements."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    try:
+        import calibration as experiment
+    finally:
+        sys.path.pop(0)
+    saved = torch.get_num_threads()
+    try:
+        status = experiment.main(["--trials", "3", "--out", str(tmp_path / "calibration.md")])
+    finally:
+        torch.set_num_threads(saved)
+    assert status == 0, (tmp_path / "calibration.md").read_text()
