@@ -456,19 +456,22 @@ def _time_once(fn: Callable, args: tuple, kwargs: dict, device: torch.device, mo
 
 def time_calls(calls: Mapping[str, tuple[Callable, tuple, dict]], device: torch.device, warmup: int = 3,
                repeats: int = 11, mode: Optional[Callable[[], Any]] = None, clock: str = "wall",
-               after_round: Optional[Callable[[int], Any]] = None) -> dict[str, float]:
+               after_round: Optional[Callable[[int], Any]] = None, hot: bool = False) -> dict[str, float]:
     """key -> median seconds of its call ``fn(*args, **kwargs)`` over ``repeats`` rounds after
     ``warmup`` rounds. A round calls every entry once, in the order given (the program's), so that a
-    call finds the caches as the other ops left them, as in the program: timing one op in a tight
-    loop keeps its code and data hot and measured CPU ops 20-30% below their time in the running
-    module (tp_block and fsdp_layers, one thread; experiments/results/calibration.md). ``mode``: a
-    context (e.g. a TorchDispatchMode) every call runs under, as the program predicted does.
-    ``after_round(r)`` runs after round ``r`` (warm-up rounds included): a measurement taken there
-    sees the same machine load as the op timings (experiments/calibration.py times the module so)."""
+    call finds the caches as the other ops left them, as in the program. ``hot=True`` precedes each
+    timed call by an untimed call of the same op, as when one op is timed in a loop: its code and
+    data are then hot, and on one CPU thread the zoo graphs were predicted 13-27% below their time in the
+    running module (experiments/results/calibration_hot.md). ``mode``: a context (e.g. a
+    TorchDispatchMode) every call runs under, as the program predicted does. ``after_round(r)`` runs
+    after round ``r`` (warm-up rounds included): a measurement taken there sees the same machine load
+    as the op timings (experiments/calibration.py times the module so)."""
     tick = CLOCKS[clock]
     samples: dict[str, list[float]] = {k: [] for k in calls}
     for r in range(warmup + max(1, repeats)):
         for key, (fn, args, kwargs) in calls.items():
+            if hot:
+                _time_once(fn, args, kwargs, device, mode, tick)
             seconds = _time_once(fn, args, kwargs, device, mode, tick)
             if r >= warmup:
                 samples[key].append(seconds)
@@ -510,6 +513,7 @@ def calibrate(
     mode: Optional[Callable[[], Any]] = None,
     clock: str = "wall",
     after_round: Optional[Callable[[int], Any]] = None,
+    hot: bool = False,
     group: Any = None,
     agree: bool = True,
     seed: int = 0,
@@ -529,7 +533,8 @@ def calibrate(
     too and charged to the kernel that first reads them (`MeasuredCostModel.charge_free_ops`); on
     CUDA the sync overhead is ``base``'s. ``clock``: how CPU
     calls are timed (`CLOCKS`: "wall", or "thread" for one intra-op thread on shared cores).
-    ``after_round``: see `time_calls` (called only when something is measured).
+    ``after_round``, ``hot``: see `time_calls` (``after_round`` is called only when something is
+    measured).
 
     With an initialised process group (``group``, or the default group), every rank must call this:
     the tables are all-gathered and each rank keeps the per-op median over ranks (`agree_on_table`),
@@ -548,6 +553,7 @@ def calibrate(
     # a table measured under a dispatch mode or with another clock measures something else: keep it apart
     suffix = f"|mode={getattr(mode, '__qualname__', type(mode).__name__)}" if mode is not None else ""
     suffix += f"|clock={clock}" if clock != "wall" and dev.type == "cpu" else ""
+    suffix += "|hot" if hot else ""
     cache = _load_cache(path)
     cpu = dev.type == "cpu"
     wanted = {n: k + suffix for n, k in _timed_nodes(gm, with_collectives=mode is not None, with_free=cpu).items()}
@@ -563,7 +569,7 @@ def calibrate(
             raise ExtractionError(f"calibrate: the graph does not run on real {dev} inputs: "
                                   f"{type(e).__name__}: {e}") from e
         with torch.no_grad():
-            timed = time_calls(capture.captured, dev, warmup, repeats, mode, clock, after_round)  # in graph order
+            timed = time_calls(capture.captured, dev, warmup, repeats, mode, clock, after_round, hot)  # graph order
         del capture
     table = {**cache, **timed}
     if agree:
