@@ -20,7 +20,7 @@ the problem prices each collective at its stand-in's time on the comm stream wit
 single CPU thread cannot do, so the prediction may be below the run by up to the stand-ins' total
 (the "comm" column); on these graphs it is small.
 
-Clock: the cores are shared with other processes (load 4-6 on 2 cores while this ran), so the
+Clock: the cores are shared with other processes (the results give the load average), so the
 check uses each thread's CPU time (``time.thread_time``) for both the op timings and the runs: wall
 time measures the waiting for a core. The wall-clock median of the runs is reported beside it.
 A trial is one calibration and one measurement side by side; its error is prediction / measurement
@@ -31,6 +31,7 @@ check is |error| <= 15%.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -101,7 +102,7 @@ def check_model(name: str, params: dict, trials: int, runs: int, hot: bool = Fal
             "threads": torch.get_num_threads()}
 
 
-def write(rows: list[dict], out: Path, command: str, trials: int, runs: int, hot: bool) -> None:
+def write(rows: list[dict], out: Path, command: str, trials: int, runs: int, hot: bool, load: tuple) -> None:
     ok = all(abs(r["error"]) <= LIMIT for r in rows)
     lines = [
         "# Calibrated costs against measured CPU runs" + (" (hot: each op timed right after itself)" if hot else ""),
@@ -112,8 +113,8 @@ def write(rows: list[dict], out: Path, command: str, trials: int, runs: int, hot
         f"fresh calibration ({runs} timed rounds over the distinct ops) with one module run after each round "
         "(median of the runs); the error is the median of the trials' errors (each trial's prediction against "
         "its own runs), the other figures are medians over the trials. "
-        "Times are thread CPU time (`time.thread_time`): the 2 cores were shared with other agents (load 4-6), "
-        "so wall time mostly measured the wait for a core; its median is given for reference. Collectives run "
+        f"Times are thread CPU time (`time.thread_time`): the {os.cpu_count()} cores were shared with other "
+        f"processes (1-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end), so wall time mostly measured the wait for a core; its median is given for reference. Collectives run "
         "as `solvercast.testing.LocalCollectives` stand-ins, inline; the model prices them at the stand-ins' "
         "measured time on the comm stream, sync overhead 0 (`simulate` may overlap them with compute, which "
         "one CPU thread cannot: at most the `comm` column).",
@@ -151,13 +152,14 @@ def main(argv=None) -> int:
     out = Path(args.out or HERE / "results" / ("calibration_hot.md" if args.hot else "calibration.md"))
     torch.set_num_threads(1)
     rows = []
+    load_start = os.getloadavg()[0]
     for name in args.models.split(","):
         row = check_model(name, MODELS[name], args.trials, args.runs, args.hot)
         print(f"{name}: predicted {row['predicted'] * 1e3:.2f} ms, measured {row['measured'] * 1e3:.2f} ms "
               f"(thread CPU), error {row['error']:+.1%}", file=sys.stderr, flush=True)
         rows.append(row)
     command = "python experiments/calibration.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    write(rows, out, command.strip(), args.trials, args.runs, args.hot)
+    write(rows, out, command.strip(), args.trials, args.runs, args.hot, (load_start, os.getloadavg()[0]))
     return 0 if all(abs(r["error"]) <= LIMIT for r in rows) else 1
 
 

@@ -320,3 +320,28 @@ def test_calibrated_simulate_predicts_measured_cpu_runs(tmp_path):
     finally:
         torch.set_num_threads(saved)
     assert status == 0, (tmp_path / "calibration.md").read_text()
+
+
+def test_cli_calibrate_and_profile(tmp_path, monkeypatch, capsys):
+    """--calibrate and --profile price the model with measured costs (the progress line says how many
+    ops were covered); both at once, or a file that is not a trace, end with exit status 2."""
+    from solvercast.cli import main
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    model = ["--model", "tp_mlp", "--param", "layers=1", "--param", "hidden=32", "--param", "seq=8",
+             "--param", "batch=1", "--param", "dtype=float32", "--method", "heuristic", "--time-limit", "2"]
+    assert main(["optimize", *model, "--calibrate"]) == 0
+    err = capsys.readouterr().err
+    assert "measured costs (calibrated on cpu" in err and "fell back to the model" in err
+    assert os.listdir(tmp_path / "cache")
+
+    gm = make_fx(mlp, tracing_mode="fake")(torch.randn(4, 8), torch.randn(8, 8), torch.randn(8, 8))
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        gm(*random_inputs(gm))
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    assert main(["optimize", *model, "--profile", str(tmp_path / "t.json")]) == 0
+    assert "measured costs (profile" in capsys.readouterr().err
+    assert main(["optimize", *model, "--calibrate", "--profile", str(tmp_path / "t.json")]) == 2
+    (tmp_path / "bad.json").write_text("[")
+    assert main(["optimize", *model, "--profile", str(tmp_path / "bad.json")]) == 2
+    assert "Chrome trace" in capsys.readouterr().err
