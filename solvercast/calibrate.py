@@ -44,8 +44,9 @@ from solvercast.fxmeta import bound_args, hint_int, node_val, op_target
 from solvercast.nodes import NodeKind, classify, costs_nothing
 
 __all__ = [
-    "CACHE_ENV", "CollectiveRow", "CollectiveRows", "MeasuredCostModel", "agree_on_table", "cache_path", "calibrate",
-    "device_name", "fit_link_parameters", "measure_collectives", "node_op_key", "op_key", "PROFILER_DTYPE_NAMES",
+    "CACHE_ENV", "CLOCKS", "CollectiveRow", "CollectiveRows", "MeasuredCostModel", "PROFILER_DTYPE_NAMES",
+    "agree_on_table", "cache_path", "calibrate", "carried_free_nodes", "device_name", "fit_link_parameters",
+    "measure_collectives", "node_op_key", "op_key", "time_calls",
 ]
 
 #: Environment variable naming the calibration cache directory (default ``~/.cache/solvercast``).
@@ -261,26 +262,18 @@ class MeasuredCostModel:
                 f"sync={self.sync_overhead_seconds!r};free_ops={self.charge_free_ops};base={self.base.cache_key()})")
 
     def fallbacks(self, gm: fx.GraphModule) -> list[str]:
-        """Names of the nodes of ``gm`` the model prices whose time the measurements lack (priced by
-        ``base`` instead): compute nodes and collectives; views, waits and inputs cost nothing."""
-        out = []
-        for node in gm.graph.nodes:
-            info = classify(node)
-            if node.op != "call_function" or costs_nothing(info) or info.kind is NodeKind.WAIT:
-                continue
-            if info.kind in (NodeKind.COMPUTE, NodeKind.COLLECTIVE) and self.measured_seconds(node) is None:
-                out.append(node.name)
-        return out
+        """Names of the nodes of ``gm`` the model prices (compute nodes and collectives; views, waits
+        and inputs cost nothing) whose time the measurements lack: ``base`` prices them."""
+        return [n.name for n in gm.graph.nodes if _is_priced(n) and self.measured_seconds(n) is None]
 
     def coverage(self, gm: fx.GraphModule) -> str:
         """One line: how many of ``gm``'s priced nodes the measurements covered and how many fell back."""
-        priced = [n for n in gm.graph.nodes if n.op == "call_function"
-                  and classify(n).kind in (NodeKind.COMPUTE, NodeKind.COLLECTIVE) and not costs_nothing(classify(n))]
-        missing = self.fallbacks(gm)
-        comm = sum(1 for n in priced if classify(n).kind is NodeKind.COLLECTIVE)
-        comm_missing = sum(1 for n in priced if n.name in set(missing) and classify(n).kind is NodeKind.COLLECTIVE)
+        priced = [n for n in gm.graph.nodes if _is_priced(n)]
+        missing = set(self.fallbacks(gm))
+        comm = [n.name for n in priced if classify(n).kind is NodeKind.COLLECTIVE]
+        comm_measured = sum(1 for name in comm if name not in missing)
         return (f"measured costs ({self.source}): {len(priced) - len(missing)} of {len(priced)} priced ops "
-                f"measured ({comm - comm_missing} of {comm} collectives); {len(missing)} fell back to the model")
+                f"measured ({comm_measured} of {len(comm)} collectives); {len(missing)} fell back to the model")
 
 
 def _is_priced(node: fx.Node) -> bool:
@@ -295,20 +288,14 @@ def _is_free_call(node: fx.Node) -> bool:
         costs_nothing(info) or info.kind is NodeKind.WAIT)
 
 
-_POSITIONS: dict[int, tuple[int, dict[fx.Node, int]]] = {}
+def _graph_position(node: fx.Node) -> Any:
+    """A key that orders nodes as their graph does: FX's own sort key (kept up to date on insertion),
+    else the index (older torch)."""
+    key = getattr(node, "_sort_key", None)
+    return key if key is not None else list(node.graph.nodes).index(node)
 
 
-def _positions(graph: fx.Graph) -> dict[fx.Node, int]:
-    """Node -> index in ``graph``, cached per graph while its node count is unchanged."""
-    n = len(graph.nodes)
-    cached = _POSITIONS.get(id(graph))
-    if cached is None or cached[0] != n or next(iter(cached[1]), None) not in graph.nodes:
-        cached = (n, {v: i for i, v in enumerate(graph.nodes)})
-        _POSITIONS[id(graph)] = cached
-    return cached[1]
-
-
-def _first_priced_consumer(v: fx.Node, positions: dict[fx.Node, int]) -> Optional[fx.Node]:
+def _first_priced_consumer(v: fx.Node) -> Optional[fx.Node]:
     """The priced node, first in graph order, that reads ``v`` directly or through free nodes."""
     best, stack, seen = None, list(v.users), set()
     while stack:
@@ -317,7 +304,7 @@ def _first_priced_consumer(v: fx.Node, positions: dict[fx.Node, int]) -> Optiona
             continue
         seen.add(u)
         if _is_priced(u):
-            if best is None or positions[u] < positions[best]:
+            if best is None or _graph_position(u) < _graph_position(best):
                 best = u
         elif _is_free_call(u):
             stack.extend(u.users)
@@ -330,14 +317,13 @@ def carried_free_nodes(node: fx.Node) -> list[fx.Node]:
     reads (a view returned as an output) is carried by none."""
     if not _is_priced(node):
         return []
-    positions = _positions(node.graph)
     out, stack, seen = [], list(node.all_input_nodes), set()
     while stack:
         v = stack.pop()
         if v in seen or not _is_free_call(v):
             continue
         seen.add(v)
-        if _first_priced_consumer(v, positions) is node:
+        if _first_priced_consumer(v) is node:
             out.append(v)
             stack.extend(v.all_input_nodes)
     return out
