@@ -114,7 +114,8 @@ def write(rows: list[dict], out: Path, command: str, trials: int, runs: int, hot
         "(median of the runs); the error is the median of the trials' errors (each trial's prediction against "
         "its own runs), the other figures are medians over the trials. "
         f"Times are thread CPU time (`time.thread_time`): the {os.cpu_count()} cores were shared with other "
-        f"processes (1-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end), so wall time mostly measured the wait for a core; its median is given for reference. Collectives run "
+        f"processes (1-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end), so wall time "
+        "mostly measured the wait for a core; its median is given for reference. Collectives run "
         "as `solvercast.testing.LocalCollectives` stand-ins, inline; the model prices them at the stand-ins' "
         "measured time on the comm stream, sync overhead 0 (`simulate` may overlap them with compute, which "
         "one CPU thread cannot: at most the `comm` column).",

@@ -21,6 +21,7 @@ collective timings, and make every rank schedule with the same table.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -40,6 +41,7 @@ import torch.fx as fx
 from solvercast.collectives import COLLECTIVE_KINDS, collective_kind_and_group, collective_time
 from solvercast.cost import AnalyticCostModel, CostModel, to_ns
 from solvercast.device import DeviceProfile, get_profile
+from solvercast.errors import ExtractionError
 from solvercast.fxmeta import bound_args, hint_int, node_val, op_target
 from solvercast.nodes import NodeKind, classify, costs_nothing
 
@@ -278,7 +280,8 @@ class MeasuredCostModel:
 
 def _is_priced(node: fx.Node) -> bool:
     info = classify(node)
-    return node.op == "call_function" and info.kind in (NodeKind.COMPUTE, NodeKind.COLLECTIVE) and not costs_nothing(info)
+    return (node.op == "call_function" and info.kind in (NodeKind.COMPUTE, NodeKind.COLLECTIVE)
+            and not costs_nothing(info))
 
 
 def _is_free_call(node: fx.Node) -> bool:
@@ -373,10 +376,6 @@ def _save_cache(path: str, device: torch.device, table: Mapping[str, float]) -> 
     os.replace(tmp, path)  # atomic: ranks sharing a directory never read half a file
 
 
-def _to_device(x: Any, device: torch.device) -> Any:
-    return x.to(device) if isinstance(x, torch.Tensor) else x
-
-
 class _ArgumentCapture(fx.Interpreter):
     """Runs the graph on real tensors and keeps the arguments of the first node of each wanted key
     (valid values: indices in range, shapes as traced). Collectives and waits run on the local
@@ -425,7 +424,7 @@ def _time_once(fn: Callable, args: tuple, kwargs: dict, device: torch.device, mo
     its arguments gets fresh copies first (not timed), so repeats see the same values."""
     if _mutates(fn):
         args, kwargs = _clone(args), _clone(kwargs)
-    ctx = mode() if mode is not None else _Null()
+    ctx = mode() if mode is not None else contextlib.nullcontext()
     if device.type == "cuda":
         begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         with ctx:
@@ -447,8 +446,8 @@ def time_calls(calls: Mapping[str, tuple[Callable, tuple, dict]], device: torch.
     ``warmup`` rounds. A round calls every entry once, in the order given (the program's), so that a
     call finds the caches as the other ops left them, as in the program. ``hot=True`` precedes each
     timed call by an untimed call of the same op, as when one op is timed in a loop: its code and
-    data are then hot, and on one CPU thread the zoo graphs were predicted 13-27% below their time in the
-    running module (experiments/results/calibration_hot.md). ``mode``: a context (e.g. a
+    data are then hot, and on one CPU thread the zoo graphs were predicted 13-27% below their time
+    in the running module (experiments/results/calibration_hot.md). ``mode``: a context (e.g. a
     TorchDispatchMode) every call runs under, as the program predicted does. ``after_round(r)`` runs
     after round ``r`` (warm-up rounds included): a measurement taken there sees the same machine load
     as the op timings (experiments/calibration.py times the module so)."""
@@ -464,14 +463,6 @@ def time_calls(calls: Mapping[str, tuple[Callable, tuple, dict]], device: torch.
         if after_round is not None:
             after_round(r)
     return {k: statistics.median(v) for k, v in samples.items()}
-
-
-class _Null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 def _timed_nodes(gm: fx.GraphModule, with_collectives: bool, with_free: bool) -> dict[fx.Node, str]:
@@ -528,7 +519,6 @@ def calibrate(
 
     Raises `ExtractionError` when ``gm`` cannot run on real inputs (an op fails), with the node.
     """
-    from solvercast.errors import ExtractionError
     from solvercast.testing import random_inputs
 
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -148,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="time every distinct op on this machine (CUDA if present, else CPU; cached) and schedule "
                           "with those costs; the rest from --device's model")
     opt.add_argument("--profile", metavar="TRACE_JSON",
-                     help="costs from a torch.profiler Chrome trace of the same program; ops it lacks from --device's model")
+                     help="costs from a torch.profiler Chrome trace of the same program; ops it lacks from "
+                          "--device's model")
     opt.add_argument("--method", default="auto", help=methods.help_text())
     opt.add_argument("--reorder-collectives", action="store_true",
                      help="let collectives change their relative order (unsafe across ranks unless all agree)")

@@ -193,7 +193,8 @@ def test_fit_link_parameters_recovers_the_profile():
     assert fitted.link_bandwidth == pytest.approx(20e9, rel=1e-6)
     assert fitted.peak_flops == H100.peak_flops and fitted.name == "h100-fitted"
     # times that shrink as bytes grow: a negative latency is clamped to 0
-    clamp = fit_link_parameters([CollectiveRow("all_gather", 1000, 2, 1e-6), CollectiveRow("all_gather", 2000, 2, 3e-6)])
+    clamp = fit_link_parameters([CollectiveRow("all_gather", 1000, 2, 1e-6),
+                                 CollectiveRow("all_gather", 2000, 2, 3e-6)])
     assert clamp.link_latency == 0.0 and clamp.link_bandwidth > 0
     with pytest.raises(ValueError):
         fit_link_parameters([CollectiveRow("all_reduce", 1000, 2, 1e-5)])
