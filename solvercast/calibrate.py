@@ -446,8 +446,8 @@ def time_calls(calls: Mapping[str, tuple[Callable, tuple, dict]], device: torch.
     ``warmup`` rounds. A round calls every entry once, in the order given (the program's), so that a
     call finds the caches as the other ops left them, as in the program. ``hot=True`` precedes each
     timed call by an untimed call of the same op, as when one op is timed in a loop: its code and
-    data are then hot, and on one CPU thread the zoo graphs were predicted 13-27% below their time
-    in the running module (experiments/results/calibration_hot.md). ``mode``: a context (e.g. a
+    data are then hot, and on one CPU thread the zoo graphs were predicted 17-22% below their time
+    in the running module (experiments/results/calibration_hot.md; 13-27% in an earlier run). ``mode``: a context (e.g. a
     TorchDispatchMode) every call runs under, as the program predicted does. ``after_round(r)`` runs
     after round ``r`` (warm-up rounds included): a measurement taken there sees the same machine load
     as the op timings (experiments/calibration.py times the module so)."""
