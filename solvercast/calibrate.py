@@ -47,8 +47,8 @@ from solvercast.nodes import NodeKind, classify, costs_nothing
 
 __all__ = [
     "CACHE_ENV", "CLOCKS", "CollectiveRow", "CollectiveRows", "MeasuredCostModel", "PROFILER_DTYPE_NAMES",
-    "agree_on_table", "cache_path", "calibrate", "carried_free_nodes", "device_name", "fit_link_parameters",
-    "measure_collectives", "node_op_key", "op_key", "time_calls",
+    "agree_on_rows", "agree_on_table", "cache_path", "calibrate", "carried_free_nodes", "device_name", "fit_link_parameters",
+    "measure_collectives", "node_op_key", "op_key", "ranks_in", "time_calls",
 ]
 
 #: Environment variable naming the calibration cache directory (default ``~/.cache/solvercast``).
@@ -562,7 +562,8 @@ def calibrate(
 # ---- every rank, one table -------------------------------------------------------------------------
 
 
-def _group_size(group: Any) -> int:
+def ranks_in(group: Any = None) -> int:
+    """Ranks of ``group`` (None: the default group); 1 without an initialised process group."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
@@ -575,7 +576,7 @@ def agree_on_table(table: Mapping[str, float], group: Any = None) -> dict[str, f
     all-gathered, and for each key the median of the ranks that measured it. Every rank computes it
     from the same gathered tables, so every rank gets the same floats. Without an initialised process
     group (or with one rank) ``table`` itself. Every rank of the group must call it."""
-    if _group_size(group) <= 1:
+    if ranks_in(group) <= 1:
         return dict(table)
     import torch.distributed as dist
 
@@ -583,6 +584,19 @@ def agree_on_table(table: Mapping[str, float], group: Any = None) -> dict[str, f
     dist.all_gather_object(gathered, dict(table), group=group)
     keys = sorted(set().union(*(g.keys() for g in gathered)))
     return {k: float(statistics.median(sorted(g[k] for g in gathered if k in g))) for k in keys}
+
+
+def agree_on_rows(rows: Sequence[CollectiveRow], group: Any = None) -> list[CollectiveRow]:
+    """Every rank's measured collective rows, all-gathered, in rank order: the same list on every rank
+    of ``group`` (`CollectiveRows` takes the median of a repeated size). Without an initialised
+    process group (or with one rank) ``rows`` itself. Every rank of the group must call it."""
+    if ranks_in(group) <= 1:
+        return list(rows)
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, [dataclasses.astuple(r) for r in rows], group=group)
+    return [CollectiveRow(*r) for rank_rows in gathered for r in rank_rows]
 
 
 # ---- collectives: measure and fit ----------------------------------------------------------------

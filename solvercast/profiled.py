@@ -35,7 +35,10 @@ from solvercast.calibrate import (
     CollectiveRows,
     MeasuredCostModel,
     TensorSig,
+    agree_on_rows,
+    agree_on_table,
     op_key,
+    ranks_in,
 )
 from solvercast.cost import AnalyticCostModel, CostModel
 from solvercast.device import get_profile
@@ -189,13 +192,22 @@ def read_trace(path_or_data: Any, group_size: Optional[int] = None) -> TraceCost
 
 
 def profile_cost_model(trace: Any, base: Optional[CostModel] = None, group_size: Optional[int] = None,
-                       device: str = "h100") -> MeasuredCostModel:
+                       device: str = "h100", *, group: Any = None, agree: bool = True) -> MeasuredCostModel:
     """A `MeasuredCostModel` from a ``torch.profiler`` Chrome trace (`read_trace`): compute nodes
     matched by op, shapes, dtypes and strides; collectives by kind, bytes and group size,
     interpolated between measured sizes; everything else from ``base`` (default: the analytic model
     of ``device``). ``model.coverage(gm)`` says how many of ``gm``'s ops fell back. The sync overhead
-    is ``base``'s (a trace does not isolate it)."""
+    is ``base``'s (a trace does not isolate it).
+
+    With an initialised process group (``group``, or the default one) every rank must call this with
+    its own trace: the ops' medians are agreed as in `calibrate` (`agree_on_table`) and the collective
+    rows of all ranks are pooled (`agree_on_rows`), so every rank gets the same model;
+    ``agree=False`` skips that (unsafe across ranks)."""
     costs = read_trace(trace, group_size)
     base = base if base is not None else AnalyticCostModel(get_profile(device))
-    return MeasuredCostModel(base=base, seconds=costs.seconds(), collectives=CollectiveRows(tuple(costs.collectives)),
-                             source=f"profile {costs.source}")
+    seconds, rows = costs.seconds(), list(costs.collectives)
+    if agree:
+        seconds, rows = agree_on_table(seconds, group), agree_on_rows(rows, group)
+    return MeasuredCostModel(base=base, seconds=seconds, collectives=CollectiveRows(tuple(rows)),
+                             source="profile" if agree and ranks_in(group) > 1 else f"profile {costs.source}")
+

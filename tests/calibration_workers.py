@@ -3,8 +3,9 @@
     python tests/calibration_workers.py RANK WORKDIR
 
 Each rank:
-1. times real gloo collectives (`measure_collectives`) and records them under torch.profiler (rank 0
-   writes the Chrome trace);
+1. times real gloo collectives (`measure_collectives`), records them under torch.profiler (each rank
+   writes its Chrome trace) and builds profile-guided models from its own trace, with and without
+   agreement;
 2. calibrates one small graph with its own cache, rank 1's timings made 5x slower, without agreement,
    then again from that cache with agreement (the default), and optimizes with the agreed costs.
 Writes WORKDIR/rank{RANK}.json with what the test checks.
@@ -35,6 +36,7 @@ def main() -> None:
     torch.set_num_threads(1)
     cal = importlib.import_module("solvercast.calibrate")  # the module (solvercast.calibrate is also the function)
     from solvercast import optimize
+    from solvercast.profiled import profile_cost_model
 
     out: dict = {"rank": rank, "sizes": list(SIZES)}
     rows = cal.measure_collectives(SIZES, kinds=("all_reduce", "all_gather"), repeats=3)
@@ -46,8 +48,10 @@ def main() -> None:
             dist.all_reduce(x)
             gathered = torch.empty(nbytes // 4)
             dist.all_gather_into_tensor(gathered, x[: nbytes // 8].clone())
-    if rank == 0:
-        prof.export_chrome_trace(str(workdir / "collectives_trace.json"))
+    trace = str(workdir / f"collectives_trace{rank}.json")
+    prof.export_chrome_trace(trace)
+    out["profile_own_key"] = profile_cost_model(trace, agree=False).cache_key()
+    out["profile_agreed_key"] = profile_cost_model(trace).cache_key()
 
     if rank == 1:  # measured costs made to differ between the ranks
         measured = cal.time_calls

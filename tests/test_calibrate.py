@@ -279,13 +279,20 @@ def test_gloo_collectives_are_measured_fitted_and_read_from_a_trace(two_ranks):
     assert fitted.name == "gloo" and fitted.link_latency >= 0 and fitted.link_bandwidth > 0
     assert fitted.hbm_bandwidth == H100.hbm_bandwidth  # only the link parameters are fitted
 
-    traced = read_trace(str(workdir / "collectives_trace.json"))  # group size from distributedInfo
+    traced = read_trace(str(workdir / "collectives_trace0.json"))  # group size from distributedInfo
     assert {(r.kind, r.nbytes, r.group_size) for r in traced.collectives} == expected
-    model = profile_cost_model(str(workdir / "collectives_trace.json"))
+    model = profile_cost_model(str(workdir / "collectives_trace0.json"))
     lo, hi = (model.collectives.seconds("all_gather", n, 2) for n in sizes[:2])
     mid = model.collectives.seconds("all_gather", (sizes[0] + sizes[1]) // 2, 2)
     assert min(lo, hi) <= mid <= max(lo, hi)
     assert model.collective_time("all_gather", (sizes[0] + sizes[1]) // 2, 2) == to_ns(mid)
+
+
+def test_ranks_agree_on_profile_guided_costs(two_ranks):
+    """Each rank read its own trace: the models differ unless the ranks agree."""
+    _, (r0, r1) = two_ranks
+    assert r0["profile_own_key"] != r1["profile_own_key"]
+    assert r0["profile_agreed_key"] == r1["profile_agreed_key"]
 
 
 def test_ranks_agree_on_one_table_and_one_schedule(two_ranks):
