@@ -23,6 +23,7 @@ local processes); the CUDA kernel linking follows the trace format but has not b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -45,8 +46,11 @@ from solvercast.device import get_profile
 
 __all__ = ["TraceCosts", "profile_cost_model", "read_trace"]
 
-_ITEMSIZE = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4, "short int": 2,
-             "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8, "c10::complex<double>": 16}
+# bytes per element by the names a trace uses: "Input type" (c10 TypeMeta names) and record_param_comms'
+# "dtype" (c10 ScalarType names)
+_ITEMSIZE = {**{name: dtype.itemsize for dtype, name in PROFILER_DTYPE_NAMES.items()},
+             "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+             "Byte": 1, "Bool": 1}
 _DTYPE_NAMES = set(PROFILER_DTYPE_NAMES.values())
 # collective names as the profiler writes them -> solvercast kinds
 _KINDS = {
@@ -61,14 +65,14 @@ _KINDS = {
 _COLLECTIVE_LAUNCH_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::")
 
 
+@dataclasses.dataclass
 class TraceCosts:
-    """What a trace measured: ``ops`` (op_key -> durations in seconds, one per event) and
-    ``collectives`` (`CollectiveRow`s)."""
+    """What a trace measured: ``ops`` (op_key -> durations in seconds, one per event),
+    ``collectives`` (`CollectiveRow`s) and ``source`` (the trace's path)."""
 
-    def __init__(self, ops: dict[str, list[float]], collectives: list[CollectiveRow], source: str):
-        self.ops = ops
-        self.collectives = collectives
-        self.source = source
+    ops: dict[str, list[float]]
+    collectives: list[CollectiveRow]
+    source: str
 
     def seconds(self) -> dict[str, float]:
         """op_key -> the median of its events."""
@@ -170,7 +174,7 @@ def read_trace(path_or_data: Any, group_size: Optional[int] = None) -> TraceCost
         if name == "record_param_comms":
             kind = _KINDS.get(str(args.get("Collective name", "")).lower())
             p = int(args.get("Group size") or group_size or 0)
-            size = _ITEMSIZE.get(str(args.get("dtype", "")).replace("Float", "float"), 4)
+            size = _ITEMSIZE.get(str(args.get("dtype", "")), 4)
             nbytes = max(int(args.get("In msg nelems", 0)), int(args.get("Out msg nelems", 0))) * size
             if kind == "reduce_scatter":
                 nbytes = int(args.get("In msg nelems", 0)) * size
