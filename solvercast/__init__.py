@@ -29,3 +29,9 @@ from solvercast.lower import lower  # noqa: E402  (also registers the anchor ops
 from solvercast.report import Report  # noqa: E402
 
 __all__ += ["OptimizeResult", "Report", "SolvercastPass", "lower", "optimize"]
+
+# `solvercast.calibrate(gm)` is the function; its module stays importable as `solvercast.calibrate` in
+# `from solvercast.calibrate import ...` (Python finds submodules in sys.modules first).
+from solvercast.calibrate import calibrate  # noqa: E402
+
+__all__ += ["calibrate"]

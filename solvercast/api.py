@@ -72,13 +72,15 @@ def optimize(
     *,
     comm_ops=None,
     cost_fn=None,
+    cost_model=None,
     progress: Callable[[str], None] | None = None,
 ) -> OptimizeResult:
     """Reorder ``gm`` (and assign streams) to minimize its step time within a memory budget.
 
     ``memory_budget``: bytes (int), a ratio of the original order's peak
     (float), None (the default: 1.0, never worse than today) or ``math.inf``
-    (no budget).
+    (no budget). ``cost_model``: a `solvercast.cost.CostModel` to price tasks with instead of
+    ``device``'s analytic model (e.g. `solvercast.calibrate` or `solvercast.profiled`'s).
 
     Returns an `OptimizeResult`; ``res.gm`` is a new module. If no method
     beats the original order, the original order is returned and the report
@@ -99,7 +101,8 @@ def optimize(
 
     start_all = clock
     problem = extract_problem(gm, device=device, compute_streams=compute_streams, comm_ops=comm_ops,
-                              cost_fn=cost_fn, preserve_collective_order=preserve_collective_order)
+                              cost_fn=cost_fn, preserve_collective_order=preserve_collective_order,
+                              cost_model=cost_model)
     original = Schedule.original(problem)
     baseline = simulate(problem, original)
     budget = resolve_budget(memory_budget, lambda: baseline.peak_memory, default=baseline.peak_memory)

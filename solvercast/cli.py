@@ -66,6 +66,29 @@ def cmd_models(args) -> int:
     return 0
 
 
+def _measured_costs(args, gm, say):
+    """The cost model --calibrate or --profile asks for (None: the analytic model of --device)."""
+    if args.calibrate and args.profile:
+        raise ValueError("--calibrate and --profile are alternatives: give one")
+    if not (args.calibrate or args.profile):
+        return None
+    from solvercast.cost import AnalyticCostModel
+    from solvercast.device import get_profile
+
+    base = AnalyticCostModel(get_profile(args.device))
+    if args.calibrate:
+        from solvercast.calibrate import calibrate
+
+        say("calibrating: timing every distinct op on this machine (cached)")
+        model = calibrate(gm, base=base)
+    else:
+        from solvercast.profiled import profile_cost_model
+
+        model = profile_cost_model(args.profile, base=base)
+    say(model.coverage(gm))
+    return model
+
+
 def cmd_optimize(args) -> int:
     from solvercast.api import optimize
 
@@ -81,10 +104,11 @@ def cmd_optimize(args) -> int:
 
         say(f"building model {args.model}")
         gm = build(args.model, **_parse_params(args.param))
+    cost_model = _measured_costs(args, gm, say)
     res = optimize(gm, time_limit=args.time_limit, memory_budget=_parse_budget(args.memory_budget),
                    device=args.device, compute_streams=args.streams, method=args.method,
                    preserve_collective_order=not args.reorder_collectives, deterministic=not args.wall_clock,
-                   progress=say)
+                   cost_model=cost_model, progress=say)
     print(res.report)
     if args.trace:
         res.save_trace(args.trace)
@@ -120,6 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="bytes (int), ratio of the original peak (float, e.g. 1.0; the default), or none (no budget)")
     opt.add_argument("--device", default="h100", help="h100, a100 or h200")
     opt.add_argument("--streams", type=int, default=1, help="compute streams")
+    opt.add_argument("--calibrate", action="store_true",
+                     help="time every distinct op on this machine (CUDA if present, else CPU; cached) and schedule "
+                          "with those costs; the rest from --device's model")
+    opt.add_argument("--profile", metavar="TRACE_JSON",
+                     help="costs from a torch.profiler Chrome trace of the same program; ops it lacks from "
+                          "--device's model")
     opt.add_argument("--method", default="auto", help=methods.help_text())
     opt.add_argument("--reorder-collectives", action="store_true",
                      help="let collectives change their relative order (unsafe across ranks unless all agree)")

@@ -4,7 +4,8 @@
 (`solvercast.engine`, DESIGN.md "Execution semantics"): the engine's `replay`
 places every task, `memory_profile` counts memory over program steps and,
 with several compute streams, `memory_over_time` over time. The rules live
-there alone; this module turns them into a `SimResult`.
+there alone; this module turns them into a `SimResult`. Each rule, with the CUDA/NCCL behaviour it
+stands for and whether it is exact or conservative: docs/execution_rules.md.
 
 `validate` raises `InvalidScheduleError` naming the first broken rule.
 """
