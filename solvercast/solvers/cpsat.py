@@ -159,10 +159,10 @@ def solve_cpsat(
         params.max_deterministic_time = time_limit * DETERMINISTIC_UNITS_PER_SECOND
     else:
         params.num_workers = workers
-    # Deterministic time advances slower than the wall clock on this problem (measured on 2 cores:
-    # DETERMINISTIC_UNITS_PER_SECOND); the budget is converted so that the deterministic limit, which
-    # gives the same answer on every rank, normally ends the search, and the wall clock caps the call.
-    wall_cap = time_limit
+    # The deterministic limit, which gives the same answer on every rank, normally ends the search
+    # (DETERMINISTIC_UNITS_PER_SECOND); the wall clock caps the whole call at time_limit: what building
+    # the model took is left out of the solver's share.
+    wall_cap = max(0.01, time_limit - (time.perf_counter() - t0))
     params.max_time_in_seconds = wall_cap
     # repair_hint helped at ~1k tasks in the prototype, but OR-Tools 9.15 sometimes aborts the whole
     # process with it ("Check failed: heuristics.fixed_search != nullptr", seen with and without
@@ -178,6 +178,7 @@ def solve_cpsat(
         params.log_search_progress = True
         if callable(log_progress):
             solver.log_callback = log_progress
+            params.log_to_stdout = False
     build_time = time.perf_counter() - build_started
     callback = _Solutions(model, progress, factor, keep=not model.single_stream and budget is not None)
     status = solver.Solve(model.m, callback)

@@ -55,8 +55,9 @@ from solvercast.solvers.scope import Scope
 
 OCCUPANCY_SCALE = 1000
 #: the position model orders every pair of default-stream items that dependencies leave unordered with one
-#: literal; past this many pairs it falls back to program times (fsdp_layers 4 layers: ~2,000 pairs)
-MAX_POSITION_PAIRS = 40_000
+#: literal; past this many pairs it falls back to program times: building the pairs in Python then costs more than it
+#: saves (fsdp_layers 4 layers: ~2,000 pairs; synthetic 300 tasks: ~20,000 pairs, 80,000 constraints, seconds to build)
+MAX_POSITION_PAIRS = 5_000
 
 
 def model_horizon_cap(num_tasks: int) -> int:
