@@ -25,12 +25,15 @@ from solvercast.solvers.cpsat_model import CpsatModel, model_horizon_cap
 from solvercast.solvers.result import Outcome, SolveResult, best_valid
 from solvercast.solvers.scope import Scope
 
-# CP-SAT deterministic time per wall-clock second, one worker (deterministic mode), idle 2-core machine,
-# while it searches: 0.18-0.52 on fsdp_layers 2-4 layers, 0.25-1.35 on synthetic 50-200 tasks, 0.30-1.6 on
-# random fuzz programs (an earlier 2-worker measure: 0.05-0.12 with the other core busy). 0.1 keeps the
-# deterministic limit ahead of the wall clock, which caps the call; where the wall clock ends the search
-# first the result says so (stats["stopped_by_wall_clock"], and optimize's report).
-DETERMINISTIC_UNITS_PER_SECOND = 0.1
+# CP-SAT deterministic time per second of the limit, one worker (deterministic mode). Measured per CPU second
+# of the solving process (the 2 cores were shared with four other jobs, so wall seconds ran 2-4x the CPU
+# seconds; an idle core gives about one CPU second per wall second), OR-Tools 9.15, without probing, while
+# the search runs: fsdp_layers 2 layers 0.36-0.48, 3 layers 0.60, 4 layers 0.49-0.78, 6 layers 0.23-0.49,
+# 8 layers 0.11-0.39 (experiments/results/cpsat_budgets.md). At 0.3 a search that does not finish uses
+# about 60-85% of the limit on 2-3 layers, 40-60% on 4, and may reach the wall cap on 6-8 (the result says
+# so: stats["stopped_by_wall_clock"]). The rate differs 3x between graphs, so no constant makes every
+# solve use 80-100% of its limit and stay deterministic; the wall clock caps the call either way.
+DETERMINISTIC_UNITS_PER_SECOND = 0.3
 
 #: with several streams, how many of the newest solutions CP-SAT reported are simulated to pick the best
 KEPT_SOLUTIONS_JUDGED = 32
