@@ -75,13 +75,20 @@ def raise_comms(layers: int = 6) -> Problem:
     """Per layer ``ag_i(param_i) -> wait_i -> mm_i(x, gathered_i)``: each all-gather can be raised above
     the previous layers' matmuls, holding its gathered buffer longer."""
     b = ProblemBuilder("raise_comms")
-    x = b.compute("embed", 2.0, out_kib=64)
-    for i in range(layers):
-        p = b.input(f"param{i}", 64 * KIB)
-        _, w = b.collective(f"ag{i}", 4.0, p, out_kib=256)
-        h = b.compute(f"mm{i}", 3.0, [x, w], out_kib=64)
-        x = b.compute(f"relu{i}", 1.0, [h], out_kib=64)
+    x = gathered_layers(b, b.compute("embed", 2.0, out_kib=64), layers, gather_us=4.0, gathered_kib=256,
+                        mm_us=3.0, act_kib=64)
     return b.build(outputs=[x])
+
+
+def gathered_layers(b: ProblemBuilder, x: int, layers: int, *, gather_us: float, gathered_kib: int, mm_us: float,
+                    act_kib: int) -> int:
+    """Per layer ``ag_i(shard_i) -> wait_i -> mm_i(x, gathered_i) -> relu_i``; returns the last relu."""
+    for i in range(layers):
+        shard = b.input(f"shard{i}", 64 * KIB)
+        _, w = b.collective(f"ag{i}", gather_us, shard, out_kib=gathered_kib)
+        h = b.compute(f"mm{i}", mm_us, [x, w], out_kib=act_kib)
+        x = b.compute(f"relu{i}", 1.0, [h], out_kib=act_kib)
+    return x
 
 
 def sink_waits(layers: int = 6) -> Problem:
@@ -133,12 +140,8 @@ def fsdp_prefetch(layers: int = 6) -> Problem:
     """FSDP forward: per layer ``ag(shard_i) -> wait -> mm(x, full_i) -> relu``; the gathered weight is
     large, so prefetching the next layer's all-gather (to hide it) keeps two gathered weights resident."""
     b = ProblemBuilder("fsdp_prefetch")
-    x = b.compute("embed", 1.0, out_kib=32)
-    for i in range(layers):
-        shard = b.input(f"shard{i}", 64 * KIB)
-        _, w = b.collective(f"ag{i}", 5.0, shard, out_kib=512)
-        h = b.compute(f"mm{i}", 4.0, [x, w], out_kib=32)
-        x = b.compute(f"relu{i}", 1.0, [h], out_kib=32)
+    x = gathered_layers(b, b.compute("embed", 1.0, out_kib=32), layers, gather_us=5.0, gathered_kib=512,
+                        mm_us=4.0, act_kib=32)
     loss = b.compute("loss", 1.0, [x], out_kib=4)
     return b.build(outputs=[loss])
 

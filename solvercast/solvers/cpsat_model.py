@@ -24,8 +24,14 @@ problem, drives the solve and chooses among solutions. What the model decides
   points (waits, launches, views) sit in the lower half of an instant, tasks
   that take time in the upper half. Sorting by P gives the program order, and
   a buffer lives from P(producer) to P(last user) inclusive, which is the
-  simulator's rule exactly. With several compute streams memory is taken over
-  time: a buffer lives from its producer's start to its last user's end.
+  simulator's rule exactly. With one compute stream and a budget (the whole
+  problem, up to MAX_POSITION_PAIRS pairs) program times give way to program
+  *positions* 0..N-1 (`_program_positions`): one literal per pair of
+  default-stream items that dependencies leave unordered orders both their
+  positions and their times, and the memory cumulative runs over positions,
+  whose small domains propagate (program times spanned hundreds of millions).
+  With several compute streams memory is taken over time: a buffer lives from
+  its producer's start to its last user's end.
 * Collectives keep their original order (SPMD safety) unless told otherwise.
 
 The program order of a solution is the tasks sorted by program time (several
