@@ -37,6 +37,7 @@ class OptimizeResult:
     problem: Problem
     baseline: SimResult
     optimized: SimResult
+    frontier: object = None  # `solvercast.pareto.Frontier` when several memory budgets were given
 
     def save_trace(self, path: str) -> None:
         """The predicted baseline and optimized schedules as a Chrome trace (Perfetto, chrome://tracing)."""
@@ -50,7 +51,7 @@ class OptimizeResult:
         from solvercast.visualize import plot_schedules
 
         plot_schedules(path, self.problem, {"baseline": self.baseline, "optimized": self.optimized},
-                       memory_budget=self.report.memory_budget)
+                       memory_budget=self.report.memory_budget, frontier=self.frontier)
 
 
 def _check_arguments(method: str, time_limit: float) -> None:
@@ -79,8 +80,11 @@ def optimize(
 
     ``memory_budget``: bytes (int), a ratio of the original order's peak
     (float), None (the default: 1.0, never worse than today) or ``math.inf``
-    (no budget). ``cost_model``: a `solvercast.cost.CostModel` to price tasks with instead of
-    ``device``'s analytic model (e.g. `solvercast.calibrate` or `solvercast.profiled`'s).
+    (no budget); or a list of these: `solvercast.pareto.pareto` solves each
+    (sharing ``time_limit``) and the first budget's result is returned with
+    the frontier in ``res.frontier`` and its report. ``cost_model``: a
+    `solvercast.cost.CostModel` to price tasks with instead of ``device``'s
+    analytic model (e.g. `solvercast.calibrate` or `solvercast.profiled`'s).
 
     Returns an `OptimizeResult`; ``res.gm`` is a new module. If no method
     beats the original order, the original order is returned and the report
@@ -89,6 +93,11 @@ def optimize(
     without shape metadata, `ValueError` for bad arguments.
     """
     _check_arguments(method, time_limit)
+    if isinstance(memory_budget, (list, tuple)):
+        return _optimize_budgets(gm, memory_budget, time_limit, device=device, compute_streams=compute_streams,
+                                 method=method, preserve_collective_order=preserve_collective_order,
+                                 deterministic=deterministic, comm_ops=comm_ops, cost_fn=cost_fn, cost_model=cost_model,
+                                 progress=progress)
     say = progress or (lambda msg: None)
     clock = time.perf_counter()
     phases: dict[str, float] = {}
@@ -132,6 +141,19 @@ def optimize(
     report = Report.build(problem, baseline, optimized, bounds, budget, schedule, solver_info, phases, time_limit)
     return OptimizeResult(gm=out_gm, schedule=schedule, report=report, problem=problem, baseline=baseline,
                           optimized=optimized)
+
+
+def _optimize_budgets(gm, budgets, time_limit: float, **options) -> OptimizeResult:
+    """`optimize` under each budget (`solvercast.pareto`): the first budget's result, with the frontier."""
+    import dataclasses
+
+    from solvercast.pareto import pareto
+
+    frontier = pareto(gm, budgets, time_limit, **options)
+    first = frontier.points[0].result
+    first.frontier = frontier
+    first.report = dataclasses.replace(first.report, frontier=tuple(frontier.to_dict()))
+    return first
 
 
 def _solve(problem: Problem, method: str, time_left: float, deterministic: bool, say, phase) -> tuple[Schedule, dict]:

@@ -21,14 +21,17 @@ class Bounds:
     # compute (and comm) work sequenced with heads and tails: the critical path and the work bounds
     # together, see `sequencing_bound`
     sequencing: int = 0
+    # the GPU's idle time between collectives of the fixed order on one comm stream, see `window_bound`
+    windows: int = 0
 
     @property
     def makespan(self) -> int:
-        return max(self.critical_path, self.compute, self.comm, self.sequencing)
+        return max(self.critical_path, self.compute, self.comm, self.sequencing, self.windows)
 
     def to_dict(self) -> dict:
         return {"critical_path": self.critical_path, "compute": self.compute, "comm": self.comm,
-                "sequencing": self.sequencing, "makespan": self.makespan, "memory": self.memory}
+                "sequencing": self.sequencing, "windows": self.windows, "makespan": self.makespan,
+                "memory": self.memory}
 
 
 def _stream_kinds(problem: Problem, t: int) -> frozenset[str]:
@@ -97,7 +100,7 @@ def lower_bounds(problem: Problem) -> Bounds:
             outputs += buf.size
     memory = resident + max([outputs] + touched)
     return Bounds(critical_path=critical, compute=compute, comm=comm, memory=memory,
-                  sequencing=sequencing_bound(problem))
+                  sequencing=sequencing_bound(problem), windows=window_bound(problem))
 
 
 def _compute_work(problem: Problem) -> list[int]:
@@ -213,3 +216,85 @@ def sequencing_bound(problem: Problem) -> int:
         comm = [(head[c], problem.tasks[c].duration, tail[c]) for c in problem.wait_of]
         best = max(best, _preemptive_sequence(comm))
     return best
+
+
+def _chain_classes(problem: Problem, chain: list[int]) -> tuple[list[int], list[int]]:
+    """For every task, the first collective of ``chain`` it is an ancestor of (``len(chain)``: none) and the
+    last it is a descendant of (-1: none)."""
+    n, m = problem.num_tasks, len(chain)
+    index = {c: k for k, c in enumerate(chain)}
+    first_after = [m] * n  # over t and its descendants: the first collective among them
+    for t in range(n - 1, -1, -1):
+        first_after[t] = min([index.get(t, m)] + [first_after[s] for s in problem.succs[t]])
+    last_before = [-1] * n  # over t and its ancestors: the last collective among them
+    for t in range(n):
+        last_before[t] = max([index.get(t, -1)] + [last_before[q] for q in problem.preds[t]])
+    needed_by = [min((first_after[s] for s in problem.succs[t]), default=m) for t in range(n)]
+    released_by = [max((last_before[q] for q in problem.preds[t]), default=-1) for t in range(n)]
+    return needed_by, released_by
+
+
+def window_bound(problem: Problem) -> int:
+    """A makespan bound from the windows the collectives of a fixed order leave the GPU.
+
+    Valid when asynchronous collectives keep their order on one comm stream (`preserve_collective_order`
+    and one comm stream; with one comm stream per process group it would hold per group, for the chain of
+    that group's collectives, and is not computed here: with several comm streams any collective may take
+    any of them). Relaxation: each compute task keeps only two constraints, it must end before the first
+    collective it feeds is launched (an ancestor: the launch waits for its inputs, then the collective
+    starts ``sync`` later) and start ``sync`` after the last collective it depends on ends; the GPU runs
+    compute work preemptively (with several compute streams, its occupancy area), the comm stream runs the
+    chain in order. Preemptive earliest-class-first on the GPU, each collective started as early as its
+    class allows, finishes every set of classes as early as any schedule can, so the relaxed makespan
+    (the GPU's last work, or the last collective's end plus the sync of its wait) bounds every schedule.
+    What it adds to `sequencing_bound`: idle windows sum over the whole chain (the GPU waits on the
+    collective it needs while the work that could fill the window is itself waiting on another one)."""
+    if not problem.preserve_collective_order or problem.machine.comm_streams != 1:
+        return 0
+    chain = [c for c in problem.comm_tasks if problem.is_async_comm(c)]
+    if not chain:
+        return 0
+    sync = problem.machine.sync_overhead
+    work = _compute_work(problem)
+    needed_by, released_by = _chain_classes(problem, chain)
+    released_after: list[list[int]] = [[] for _ in range(len(chain) + 1)]  # index r + 1: after collective r
+    open_work = [0] * (len(chain) + 1)  # per class: compute work not yet done
+    for t in range(problem.num_tasks):
+        if work[t]:
+            released_after[released_by[t] + 1].append(t)
+            open_work[needed_by[t]] += work[t]
+    pending: list[tuple[int, int, int]] = []  # (release, class, task): released at a collective's end + sync
+    ready: list[list[int]] = []  # [class, task, work left]: the GPU's released, unfinished work
+    clock = 0
+
+    def run_gpu(done) -> None:
+        """Preemptive, most urgent class first, from ``clock`` until ``done()``."""
+        nonlocal clock
+        while not done():
+            while pending and pending[0][0] <= clock:
+                _, k, t = heapq.heappop(pending)
+                heapq.heappush(ready, [k, t, work[t]])
+            if not ready:
+                clock = pending[0][0]  # idle until the next release
+                continue
+            job = ready[0]
+            run = job[2] if not pending else min(job[2], pending[0][0] - clock)
+            clock += run
+            job[2] -= run
+            open_work[job[0]] -= run
+            if not job[2]:
+                heapq.heappop(ready)
+
+    def release(tasks: list[int], at: int) -> None:
+        for t in tasks:
+            heapq.heappush(pending, (at, needed_by[t], t))
+
+    release(released_after[0], 0)
+    comm_end = 0
+    for k, c in enumerate(chain):
+        # the classes up to k are released (a task is released after a collective before the one it feeds)
+        run_gpu(lambda: not open_work[k])
+        comm_end = max(comm_end, clock + sync) + problem.tasks[c].duration
+        release(released_after[k + 1], comm_end + sync)
+    run_gpu(lambda: not pending and not ready)
+    return max(clock, comm_end + sync)

@@ -41,6 +41,14 @@ def _parse_budget(text: str | None):
     return value
 
 
+def _parse_budgets(text: str) -> list:
+    """``--budgets 1.0,1.02,1.05,none``: each as ``--memory-budget`` reads one."""
+    budgets = [_parse_budget(item.strip()) for item in text.split(",") if item.strip()]
+    if not budgets:
+        raise ValueError(f"--budgets takes a comma-separated list of budgets, got {text!r}")
+    return budgets
+
+
 def _load_exported(path: str):
     import os
 
@@ -104,8 +112,11 @@ def cmd_optimize(args) -> int:
 
         say(f"building model {args.model}")
         gm = build(args.model, **_parse_params(args.param))
+    if args.budgets is not None and args.memory_budget is not None:
+        raise ValueError("give --memory-budget or --budgets, not both")
+    budget = _parse_budgets(args.budgets) if args.budgets is not None else _parse_budget(args.memory_budget)
     cost_model = _measured_costs(args, gm, say)
-    res = optimize(gm, time_limit=args.time_limit, memory_budget=_parse_budget(args.memory_budget),
+    res = optimize(gm, time_limit=args.time_limit, memory_budget=budget,
                    device=args.device, compute_streams=args.streams, method=args.method,
                    preserve_collective_order=not args.reorder_collectives, deterministic=not args.wall_clock,
                    cost_model=cost_model, progress=say)
@@ -142,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--time-limit", type=float, default=10.0, help="seconds for the whole optimization")
     opt.add_argument("--memory-budget", default=None,
                      help="bytes (int), ratio of the original peak (float, e.g. 1.0; the default), or none (no budget)")
+    opt.add_argument("--budgets", default=None,
+                     help="several budgets, e.g. 1.0,1.02,1.05,none: one solve each (the time limit shared), "
+                          "the report prints the memory/time frontier; results are the first budget's")
     opt.add_argument("--device", default="h100", help="h100, a100 or h200")
     opt.add_argument("--streams", type=int, default=1, help="compute streams")
     opt.add_argument("--calibrate", action="store_true",

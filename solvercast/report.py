@@ -41,6 +41,8 @@ class Report:
     phases: dict = field(default_factory=dict)  # seconds per phase, and "total"
     # ops priced without an op schema (by bytes moved alone; FLOPs unknown), name -> count
     schemaless_ops: dict = field(default_factory=dict)
+    # with several budgets (`solvercast.pareto`): one row per budget, `Frontier.to_dict`
+    frontier: tuple = ()
 
     @classmethod
     def build(cls, problem: Problem, baseline: SimResult, optimized: SimResult, bounds: Bounds, budget: int,
@@ -94,7 +96,8 @@ class Report:
             f"  memory budget    {format_bytes(self.memory_budget)} (optimized uses "
             f"{self.optimized_peak_memory / max(1, self.memory_budget):.1%})",
             f"  lower bounds     critical path {_us(b['critical_path'])}, compute {_us(b['compute'])}, "
-            f"comm {_us(b['comm'])}, sequencing {_us(b['sequencing'])}, memory {format_bytes(b['memory'])}",
+            f"comm {_us(b['comm'])}, sequencing {_us(b['sequencing'])}, windows {_us(b.get('windows'))}, "
+            f"memory {format_bytes(b['memory'])}",
             f"  best bound       {_us(self.best_bound)}"
             + (f" (solver's own: {_us(self.solver_bound)})" if self.solver_bound is not None else "")
             + f"; gap {self.gap:.2%}",
@@ -110,4 +113,25 @@ class Report:
                          + " (no op schema, FLOPs unknown: trace with make_fx or torch.export for aten ops)")
         lines.append("  time             " + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items())
                      + f" (limit {self.time_limit:g} s)")
+        if self.frontier:
+            lines.append(format_frontier(self.frontier, self.baseline_makespan, self.baseline_peak_memory))
         return "\n".join(lines)
+
+
+def budget_label(budget: int | None, ratio: float | None) -> str:
+    """A budget as the user gave it: ``none``, ``1.02x`` (a ratio of the original peak) or bytes."""
+    return "none" if budget is None else f"{ratio:g}x" if ratio is not None else format_bytes(budget)
+
+
+def format_frontier(rows, baseline_makespan: int, baseline_peak: int) -> str:
+    """The memory/time trade-off as a table: one row per budget (`Frontier.to_dict`)."""
+    lines = [f"  memory/time trade-off (baseline {_us(baseline_makespan)} at {format_bytes(baseline_peak)}):",
+             f"    {'budget':>10}  {'makespan':>12}  {'change':>7}  {'peak':>11}  {'gap':>6}  method (status)"]
+    for row in rows:
+        label = budget_label(row["budget"], row["ratio"])
+        change = (row["makespan"] - baseline_makespan) / baseline_makespan if baseline_makespan else 0.0
+        lines.append(f"    {label:>10}  {_us(row['makespan']):>12}  {change:>+7.1%}  "
+                     f"{format_bytes(row['peak_memory']):>11}  {row['gap']:>6.2%}  {row['method']}"
+                     + (f" ({row['solver_status']})" if row["solver_status"] else "")
+                     + ("  [dominated]" if row["dominated"] else ""))
+    return "\n".join(lines)

@@ -87,8 +87,9 @@ def _short_op(op: str) -> str:
 
 
 def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult],
-                   memory_budget: int | None = None) -> None:
-    """Gantt chart per stream for each run (stacked), and the memory curves against the budget."""
+                   memory_budget: int | None = None, frontier=None) -> None:
+    """Gantt chart per stream for each run (stacked), the memory curves against the budget, and with a
+    ``frontier`` (`solvercast.pareto.Frontier`) makespan against peak memory, one point per budget."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,8 +97,13 @@ def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult
     from matplotlib.patches import Patch
 
     streams = problem.machine.num_streams
-    fig, axes = plt.subplots(len(runs) + 1, 1, figsize=(12, 2.2 + 1.2 * streams * len(runs) + 2.5),
-                             gridspec_kw={"height_ratios": [streams] * len(runs) + [max(2, streams)]})
+    extra = [max(2, streams)] if frontier is not None else []
+    fig, axes = plt.subplots(len(runs) + 1 + len(extra), 1,
+                             figsize=(12, 2.2 + 1.2 * streams * len(runs) + 2.5 + 2.5 * len(extra)),
+                             gridspec_kw={"height_ratios": [streams] * len(runs) + [max(2, streams)] + extra})
+    if frontier is not None:
+        _plot_frontier(axes[-1], frontier)
+        axes = axes[:-1]
     horizon = max(sim.makespan for sim in runs.values()) / 1e3
     for ax, (label, sim) in zip(axes, runs.items()):
         for t, task in enumerate(problem.tasks):
@@ -134,3 +140,24 @@ def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _plot_frontier(ax, frontier) -> None:
+    """Makespan against peak memory, one point per budget; the undominated points joined as a staircase."""
+    from solvercast.report import budget_label
+
+    labels: dict[tuple[int, int], list[str]] = {}  # budgets that reached the same point share its label
+    for p in frontier.points:
+        ax.plot(p.peak_memory / 2**20, p.makespan / 1e3, "o", color="grey" if p.dominated else "tab:blue")
+        labels.setdefault((p.peak_memory, p.makespan), []).append(budget_label(p.budget, p.ratio))
+    for (peak, makespan), names in labels.items():
+        ax.annotate(", ".join(names), (peak / 2**20, makespan / 1e3), fontsize=7, xytext=(4, 4),
+                    textcoords="offset points")
+    best = frontier.optimal()
+    ax.step([p.peak_memory / 2**20 for p in best], [p.makespan / 1e3 for p in best], where="post",
+            color="tab:blue", lw=1)
+    ax.plot(frontier.baseline_peak / 2**20, frontier.baseline_makespan / 1e3, "x", color="black", label="baseline")
+    ax.set_xlabel("peak memory (MiB)")
+    ax.set_ylabel("makespan (us)")
+    ax.set_title("memory/time trade-off")
+    ax.legend(fontsize=8)

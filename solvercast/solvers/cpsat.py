@@ -25,15 +25,38 @@ from solvercast.solvers.cpsat_model import CpsatModel, model_horizon_cap
 from solvercast.solvers.result import Outcome, SolveResult, best_valid
 from solvercast.solvers.scope import Scope
 
-# CP-SAT deterministic time per wall-clock second, one worker (deterministic mode), idle 2-core machine,
-# while it searches: 0.18-0.52 on fsdp_layers 2-4 layers, 0.25-1.35 on synthetic 50-200 tasks, 0.30-1.6 on
-# random fuzz programs (an earlier 2-worker measure: 0.05-0.12 with the other core busy). 0.1 keeps the
-# deterministic limit ahead of the wall clock, which caps the call; where the wall clock ends the search
-# first the result says so (stats["stopped_by_wall_clock"], and optimize's report).
+# CP-SAT deterministic time per second of the limit, one worker (deterministic mode). Measured per CPU second
+# of the solving process (the 2 cores were shared with four other jobs, so wall seconds ran 2-4x the CPU
+# seconds), OR-Tools 9.15, without probing, while the search runs: fsdp_layers 2 layers 0.36-0.48, 3 layers
+# 0.60, 4 layers 0.49-0.78, 6 layers 0.23-0.49, 8 layers 0.11-0.39; fuzz program 189 (21 tasks, 2 streams)
+# 0.29 (experiments/results/cpsat_budgets.md). 0.1 leaves a search that does not finish at 15-40% of the
+# limit on an idle core, but keeps the deterministic limit ahead of the wall clock on a loaded machine:
+# at 0.2 and 0.3, test_correctness's repeated solves (3 s) were ended by the wall clock with the cores
+# shared, and their schedules could differ. No constant gives 80-100% of the limit on every graph (the
+# rate varies 3-7x) and stays deterministic under load; the wall clock caps the call either way.
 DETERMINISTIC_UNITS_PER_SECOND = 0.1
 
 #: with several streams, how many of the newest solutions CP-SAT reported are simulated to pick the best
 KEPT_SOLUTIONS_JUDGED = 32
+
+
+#: share of the time limit CP-SAT's probing may take, in presolve and again in search (its defaults, 30 and
+#: 1 deterministic units, took the whole 8 s of a 160-task FSDP solve before the hint was ever loaded:
+#: OR-Tools issue 3750, UNKNOWN with a complete feasible hint)
+PROBING_SHARE = 0.1
+
+
+def bound_presolve(params, time_limit: float) -> None:
+    """Cap presolve and probing by a share of the limit, in deterministic units, so that the search (which
+    starts from the hint, loaded as the first solution right after presolve) keeps most of it."""
+    units = time_limit * DETERMINISTIC_UNITS_PER_SECOND * PROBING_SHARE
+    params.presolve_probing_deterministic_time_limit = min(params.presolve_probing_deterministic_time_limit, units)
+    params.probing_deterministic_time_limit = min(params.probing_deterministic_time_limit, units)
+    params.inprocessing_probing_dtime = min(params.inprocessing_probing_dtime, units)
+    # and no probing at all: its wall time runs far ahead of its deterministic time (measured on 2 shared
+    # cores, 4 s of wall for 0.05 units on fsdp_layers 8 layers and on 120-task random programs), which made
+    # the deterministic limit meaningless; without it the same solves prove their hint optimal in 0.6 s
+    params.cp_model_probing_level = 0
 
 
 class _Solutions(cp_model.CpSolverSolutionCallback):
@@ -140,21 +163,26 @@ def solve_cpsat(
         params.max_deterministic_time = time_limit * DETERMINISTIC_UNITS_PER_SECOND
     else:
         params.num_workers = workers
-    # Deterministic time advances slower than the wall clock on this problem (measured on 2 cores:
-    # DETERMINISTIC_UNITS_PER_SECOND); the budget is converted so that the deterministic limit, which
-    # gives the same answer on every rank, normally ends the search, and the wall clock caps the call.
-    wall_cap = time_limit
+    # The deterministic limit, which gives the same answer on every rank, normally ends the search
+    # (DETERMINISTIC_UNITS_PER_SECOND); the wall clock caps the whole call at time_limit: what building
+    # the model took is left out of the solver's share.
+    wall_cap = max(0.01, time_limit - (time.perf_counter() - t0))
     params.max_time_in_seconds = wall_cap
     # repair_hint helped at ~1k tasks in the prototype, but OR-Tools 9.15 sometimes aborts the whole
     # process with it ("Check failed: heuristics.fixed_search != nullptr", seen with and without
     # fixed_order when the time limit falls early): off unless asked for.
     params.repair_hint = bool(repair_hint and hint is not None)
+    bound_presolve(params, time_limit)
     if debug_hint and hint is not None:
         model.check_hint()
+        # and CP-SAT aborts the process if its presolve turns the feasible hint infeasible (OR-Tools
+        # issues 4373, 4693): the first solution must stay the hint
+        params.debug_crash_if_presolve_breaks_hint = True
     if log_progress:
         params.log_search_progress = True
         if callable(log_progress):
             solver.log_callback = log_progress
+            params.log_to_stdout = False
     build_time = time.perf_counter() - build_started
     callback = _Solutions(model, progress, factor, keep=not model.single_stream and budget is not None)
     status = solver.Solve(model.m, callback)

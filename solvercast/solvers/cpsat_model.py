@@ -24,8 +24,14 @@ problem, drives the solve and chooses among solutions. What the model decides
   points (waits, launches, views) sit in the lower half of an instant, tasks
   that take time in the upper half. Sorting by P gives the program order, and
   a buffer lives from P(producer) to P(last user) inclusive, which is the
-  simulator's rule exactly. With several compute streams memory is taken over
-  time: a buffer lives from its producer's start to its last user's end.
+  simulator's rule exactly. With one compute stream and a budget (the whole
+  problem, up to MAX_POSITION_PAIRS pairs) program times give way to program
+  *positions* 0..N-1 (`_program_positions`): one literal per pair of
+  default-stream items that dependencies leave unordered orders both their
+  positions and their times, and the memory cumulative runs over positions,
+  whose small domains propagate (program times spanned hundreds of millions).
+  With several compute streams memory is taken over time: a buffer lives from
+  its producer's start to its last user's end.
 * Collectives keep their original order (SPMD safety) unless told otherwise.
 
 The program order of a solution is the tasks sorted by program time (several
@@ -54,6 +60,10 @@ from solvercast.solvers.common import start_time_keys, topological_by_key
 from solvercast.solvers.scope import Scope
 
 OCCUPANCY_SCALE = 1000
+#: the position model orders every pair of default-stream items that dependencies leave unordered with one
+#: literal; past this many pairs it falls back to program times: building the pairs in Python then costs more than it
+#: saves (fsdp_layers 4 layers: ~2,000 pairs; synthetic 300 tasks: ~20,000 pairs, 80,000 constraints, seconds to build)
+MAX_POSITION_PAIRS = 5_000
 
 
 def model_horizon_cap(num_tasks: int) -> int:
@@ -69,7 +79,8 @@ def model_horizon_cap(num_tasks: int) -> int:
 class CpsatModel:
     """One CP-SAT model of a (scaled) problem with a horizon, over what ``scope`` decides."""
 
-    def __init__(self, problem: Problem, horizon: int, budget: int | None, scope: Scope | None = None):
+    def __init__(self, problem: Problem, horizon: int, budget: int | None, scope: Scope | None = None,
+                 positions: bool = True):
         self.p = problem
         self.horizon = horizon
         self.budget = budget
@@ -93,6 +104,11 @@ class CpsatModel:
         self._pending_program_order: list = []  # (a, b, condition): a before b in program time
         self._anchor_memo: dict[int, frozenset[int]] = {}
         self._past_ptime = -1  # the past's last program time (windowed)
+        self.before: dict[tuple[int, int], cp_model.IntVar] = {}  # position model: a before b on the default stream
+        # memory over program positions (see `_program_positions`): one compute stream, a budget, the whole
+        # problem (windows and fixed orders keep program times), and few enough pairs to order
+        self.positions = (positions and self.single_stream and budget is not None and not scope.windowed
+                          and len(self._unordered_pairs) <= MAX_POSITION_PAIRS)
         if scope.past:
             self._fix_past()
 
@@ -321,8 +337,107 @@ class CpsatModel:
         after its inputs (see `extract`), so what it holds lives until just after them."""
         return self._anchors(t) if t in self._contracted else frozenset((t,))
 
+    @cached_property
+    def _order_closure(self) -> tuple[list[int], list[int]]:
+        """(ancestors, descendants) of every task as bitmasks, over the orders every program keeps: the
+        dependencies, and the launch order of asynchronous collectives when collective order is preserved.
+        Each link also orders the two ends in time on the default stream (a dependency through its
+        constraints, the launch chain through `_program_positions`), so a pair they order needs no literal."""
+        p, n = self.p, self.n
+        chain_pred: dict[int, int] = {}
+        if p.preserve_collective_order:
+            chain = [c for c in p.comm_tasks if p.is_async_comm(c)]
+            chain_pred = {b: a for a, b in zip(chain, chain[1:])}
+        up = [0] * n
+        for t in range(n):  # ids are topological, and the chain follows ids
+            mask = 0
+            for q in p.preds[t] + ((chain_pred[t],) if t in chain_pred else ()):
+                mask |= up[q] | (1 << q)
+            up[t] = mask
+        down = [0] * n
+        chain_succ = {a: b for b, a in chain_pred.items()}
+        for t in range(n - 1, -1, -1):
+            mask = 0
+            for q in p.succs[t] + ((chain_succ[t],) if t in chain_succ else ()):
+                mask |= down[q] | (1 << q)
+            down[t] = mask
+        return up, down
+
+    @cached_property
+    def _unordered_pairs(self) -> list[tuple[int, int]]:
+        """Pairs (a, b), a < b, of tasks that may both be sequenced by the default stream (every task but
+        views: an asynchronous collective through its launch point) and that `_order_closure` leaves
+        unordered. Counted first, from popcounts: only a model that will use them lists them."""
+        p = self.p
+        if not (self.single_stream and self.budget is not None and not self.scope.windowed):
+            return []
+        items = [t for t in range(self.n) if p.tasks[t].role != Role.FREE]
+        mask = sum(1 << t for t in items)
+        up = self._order_closure[0]
+        ordered = sum((up[t] & mask).bit_count() for t in items)
+        if len(items) * (len(items) - 1) // 2 - ordered > MAX_POSITION_PAIRS:
+            return [(0, 0)] * (MAX_POSITION_PAIRS + 1)  # too many: only the count is read
+        return [(a, b) for i, b in enumerate(items) for a in items[:i] if not up[b] >> a & 1]
+
+    def _sequenced(self, t: int):
+        """(when t takes the default stream, for how long, the literal "t is on it" or 1, or None when t
+        never is): an asynchronous collective by its launch point."""
+        if t in self.launch:
+            return self.launch[t], 0, 1
+        on_default = self.on[t].get(0)
+        return None if on_default is None else (self.start[t], self.p.tasks[t].duration, on_default)
+
+    def _program_positions(self) -> None:
+        """One compute stream with a budget: each task's *position* in the program, 0..N-1 (views that
+        feed others take their inputs' place, `_contracted`), instead of program times in the horizon
+        times 2n. Dependencies and the collective order bound positions; each pair of default-stream
+        items left unordered gets one literal that orders both their positions and their times (the
+        earlier ends before the later starts: the default stream runs in program order). Memory is then
+        a cumulative over positions with small domains (`_memory`), as in Moccasin (Bartan et al. 2023),
+        which propagates where program times in the hundreds of millions did not."""
+        p, m = self.p, self.m
+        up, down = self._order_closure
+        positioned = [t for t in range(self.n) if t not in self._contracted]
+        mask = sum(1 << t for t in positioned)
+        last = len(positioned) - 1
+        for t in positioned:
+            self.ptime[t] = m.NewIntVar((up[t] & mask).bit_count(), last - (down[t] & mask).bit_count(),
+                                        f"pos_{p.tasks[t].name}")
+        self._program_order_links()
+        if p.preserve_collective_order:  # the launch order `_order_closure` relies on
+            chain = [c for c in p.comm_tasks if p.is_async_comm(c)]
+            for a, b in zip(chain, chain[1:]):
+                m.Add(self.launch[b] >= self.launch[a])
+        for a, b in self._unordered_pairs:
+            first, second = self._sequenced(a), self._sequenced(b)
+            if first is None or second is None:
+                continue
+            cond = [lit for lit in (first[2], second[2]) if not isinstance(lit, int)]
+            before = m.NewBoolVar(f"before_{p.tasks[a].name}_{p.tasks[b].name}")
+            self.before[(a, b)] = before
+            m.Add(self.ptime[b] >= self.ptime[a] + 1).OnlyEnforceIf([before] + cond)
+            m.Add(second[0] >= first[0] + first[1]).OnlyEnforceIf([before] + cond)
+            m.Add(self.ptime[a] >= self.ptime[b] + 1).OnlyEnforceIf([before.Not()] + cond)
+            m.Add(first[0] >= second[0] + second[1]).OnlyEnforceIf([before.Not()] + cond)
+
+    def _program_order_links(self) -> None:
+        """Program times (or positions) follow the dependencies, through contracted views, and the
+        collective order."""
+        p, m = self.p, self.m
+        for u, v in p.edges:
+            if v in self._contracted or not self.scope.decides(v):
+                continue
+            for a in (self._anchors(u) if u in self._contracted else (u,)):
+                m.Add(self.ptime[v] >= self.ptime[a] + 1)
+        for a, b, enforce in self._pending_program_order:
+            cond = [] if enforce is None else [enforce]
+            m.Add(self.ptime[b] >= self.ptime[a] + 1).OnlyEnforceIf(cond)
+
     def _program_times(self) -> None:
         """One compute stream: program time P per task (see module docstring)."""
+        if self.positions:
+            self._program_positions()
+            return
         p, m, K, half = self.p, self.m, self.K, self.half
         top = K * (self.horizon + 1)
         first = self._past_ptime + 1  # the window's program comes after the past's
@@ -341,14 +456,7 @@ class CpsatModel:
             cond = [] if isinstance(on_default, int) else [on_default]
             m.Add(self.ptime[t] >= K * anchor + lo).OnlyEnforceIf(cond)
             m.Add(self.ptime[t] <= K * anchor + lo + half - 1).OnlyEnforceIf(cond)
-        for u, v in p.edges:
-            if v in self._contracted or not self.scope.decides(v):
-                continue
-            for a in (self._anchors(u) if u in self._contracted else (u,)):
-                m.Add(self.ptime[v] >= self.ptime[a] + 1)
-        for a, b, enforce in self._pending_program_order:
-            cond = [] if enforce is None else [enforce]
-            m.Add(self.ptime[b] >= self.ptime[a] + 1).OnlyEnforceIf(cond)
+        self._program_order_links()
 
     def _memory(self) -> None:
         p, m = self.p, self.m
@@ -357,7 +465,7 @@ class CpsatModel:
             m.AddBoolOr([])  # resident inputs alone exceed the budget
             return
         if self.single_stream:
-            top = self.K * (self.horizon + 1) + 1
+            top = len(self.ptime) if self.positions else self.K * (self.horizon + 1) + 1
             point = lambda t: self.ptime[t]  # noqa: E731
             after = lambda t: self.ptime[t] + 1  # noqa: E731
         else:
@@ -454,8 +562,13 @@ class CpsatModel:
         for (a, b), lit in self.comm_before.items():
             m.AddHint(lit, int(pos[a] < pos[b]))
         m.AddHint(self.makespan, sim.makespan)
-        if self.single_stream:
+        if self.positions:
+            ptime = self._position_hint(schedule)
+            for (a, b), before in self.before.items():
+                m.AddHint(before, int(ptime[a] < ptime[b]))
+        elif self.single_stream:
             ptime = self._program_time_hint(schedule, sim, launch)
+        if self.single_stream:
             for t, var in self.ptime.items():
                 if not isinstance(var, int):
                     m.AddHint(var, ptime[t])
@@ -483,6 +596,11 @@ class CpsatModel:
                         if self.single_stream else max(
                         [sim.end[u] for u in ends] + ([born_value + 1] if buf.producer is not None else []))
                 m.AddHint(size, end_value - born_value)
+
+    def _position_hint(self, schedule: Schedule) -> dict[int, int]:
+        """Positions that sort exactly into the schedule's order."""
+        ranked = [t for t in schedule.order if t in self.ptime]
+        return {t: i for i, t in enumerate(ranked)}
 
     def _program_time_hint(self, schedule: Schedule, sim: SimResult, launch: dict[int, int]) -> dict[int, int]:
         """Program times that sort exactly into the schedule's order."""

@@ -1,0 +1,87 @@
+"""The memory/time trade-off: one solve per memory budget, and the frontier they trace.
+
+`pareto(gm, [1.0, 1.02, 1.05, math.inf])` runs `optimize` once per budget (the time limit shared
+equally) and returns a `Frontier`: per budget, the makespan and peak `simulate` gives the returned
+schedule, its gap to the best bound and the solver's status, and which points no other point
+dominates. `optimize(gm, memory_budget=[...])` does the same and returns the first budget's result with
+the frontier attached (``res.frontier``; the report prints it, ``res.plot`` draws it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    asked: int | float | None  # the budget as given: bytes, a ratio of the original peak, math.inf
+    budget: int | None  # bytes (None: no budget)
+    makespan: int  # ns, by `simulate`
+    peak_memory: int  # bytes, by `simulate`
+    gap: float  # to the best bound of that solve
+    method: str
+    solver_status: str | None
+    dominated: bool = False  # another point is no slower and no larger, and better in one
+    result: object = field(default=None, repr=False, compare=False)  # its `OptimizeResult`
+
+    @property
+    def ratio(self) -> float | None:
+        """The budget asked as a ratio of the original peak, if it was one."""
+        return self.asked if isinstance(self.asked, float) and math.isfinite(self.asked) else None
+
+
+@dataclass(frozen=True)
+class Frontier:
+    points: tuple[FrontierPoint, ...]  # in the order the budgets were given
+    baseline_makespan: int
+    baseline_peak: int
+
+    def optimal(self) -> tuple[FrontierPoint, ...]:
+        """The points no other point dominates, by peak."""
+        return tuple(sorted((p for p in self.points if not p.dominated), key=lambda p: p.peak_memory))
+
+    def to_dict(self) -> list[dict]:
+        """JSON-ready rows; ``ratio`` is the budget asked as a ratio of the original peak, if it was one."""
+        return [{"budget": p.budget, "ratio": p.ratio, "makespan": p.makespan, "peak_memory": p.peak_memory, "gap": p.gap,
+                 "method": p.method, "solver_status": p.solver_status, "dominated": p.dominated}
+                for p in self.points]
+
+    def __str__(self) -> str:
+        from solvercast.report import format_frontier
+
+        return format_frontier(self.to_dict(), self.baseline_makespan, self.baseline_peak)
+
+
+def _mark_dominated(points: list[FrontierPoint]) -> tuple[FrontierPoint, ...]:
+    import dataclasses
+
+    out = []
+    for p in points:
+        dominated = any((q.makespan <= p.makespan and q.peak_memory <= p.peak_memory)
+                        and (q.makespan < p.makespan or q.peak_memory < p.peak_memory) for q in points)
+        out.append(dataclasses.replace(p, dominated=dominated))
+    return tuple(out)
+
+
+def pareto(gm, memory_budgets, time_limit: float = 10.0, **options) -> Frontier:
+    """Optimize ``gm`` under each of ``memory_budgets`` (each as `optimize` reads one: bytes, a ratio of
+    the original peak, ``math.inf`` or None for no budget), ``time_limit / len(memory_budgets)`` seconds
+    each; ``options`` are `optimize`'s. Returns the `Frontier`. Raises ValueError for an empty list; an
+    infeasible budget raises `InfeasibleBudgetError` as `optimize` does."""
+    from solvercast.api import optimize
+
+    budgets = list(memory_budgets)
+    if not budgets:
+        raise ValueError("pareto needs at least one memory budget")
+    share = time_limit / len(budgets)
+    points = []
+    for asked in budgets:
+        res = optimize(gm, time_limit=share, memory_budget=asked, **options)
+        r = res.report
+        points.append(FrontierPoint(asked=asked, budget=r.memory_budget, makespan=r.optimized_makespan,
+                                    peak_memory=r.optimized_peak_memory, gap=r.gap, method=r.method,
+                                    solver_status=r.solver_status, result=res))
+    first = points[0].result.report
+    return Frontier(_mark_dominated(points), first.baseline_makespan, first.baseline_peak_memory)

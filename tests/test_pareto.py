@@ -1,0 +1,69 @@
+"""The memory/time trade-off: one solve per budget, the frontier in the result, the report, the CLI."""
+
+import json
+import math
+
+import pytest
+
+from solvercast import optimize, simulate, validate
+from solvercast.pareto import pareto
+
+
+@pytest.fixture(scope="module")
+def frontier_result(zoo_graph):
+    """fsdp_layers 2 layers (the budget binds at 1.0) under four budgets, the best heuristic each."""
+    return optimize(zoo_graph("fsdp_layers", layers=2), time_limit=8, memory_budget=[1.0, 1.02, 1.05, math.inf],
+                    method="heuristic")
+
+
+def test_each_budget_is_solved_and_held(frontier_result):
+    res = frontier_result
+    points = res.frontier.points
+    baseline_peak = res.baseline.peak_memory
+    assert [p.budget for p in points] == [int(r * baseline_peak) for r in (1.0, 1.02, 1.05)] + [None]
+    for p in points:
+        sim = validate(p.result.problem, p.result.schedule, memory_budget=p.budget)  # within its own budget
+        assert (sim.makespan, sim.peak_memory) == (p.makespan, p.peak_memory)
+    # the result is the first budget's, with the frontier attached
+    assert res is points[0].result and res.report.memory_budget == points[0].budget
+    assert simulate(res.problem, res.schedule).makespan == points[0].makespan
+
+
+def test_dominated_points_are_marked(frontier_result):
+    points = frontier_result.frontier.points
+    for p in points:
+        beaten = any(q.makespan <= p.makespan and q.peak_memory <= p.peak_memory
+                     and (q.makespan, q.peak_memory) != (p.makespan, p.peak_memory) for q in points)
+        assert p.dominated == beaten
+    optimal = frontier_result.frontier.optimal()
+    assert optimal and all(not p.dominated for p in optimal)
+    # more memory never buys a slower schedule on the frontier
+    assert [p.makespan for p in optimal] == sorted((p.makespan for p in optimal), reverse=True)
+
+
+def test_report_prints_and_serializes_the_frontier(frontier_result, tmp_path):
+    text = str(frontier_result.report)
+    assert "memory/time trade-off" in text
+    for label in ("1x", "1.02x", "1.05x", "none"):
+        assert f" {label} " in text
+    rows = json.loads(json.dumps(frontier_result.report.to_dict()))["frontier"]
+    assert [row["ratio"] for row in rows] == [1.0, 1.02, 1.05, None]
+    frontier_result.plot(tmp_path / "frontier.png")
+    assert (tmp_path / "frontier.png").stat().st_size > 0
+
+
+def test_no_budgets_is_an_error(zoo_graph):
+    with pytest.raises(ValueError, match="at least one"):
+        pareto(zoo_graph("tp_mlp"), [])
+
+
+def test_cli_budgets(capsys):
+    from solvercast.cli import main
+
+    assert main(["optimize", "--model", "tp_mlp", "--budgets", "1.0,none", "--method", "heuristic",
+                 "--time-limit", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "memory/time trade-off" in out and " none " in out
+    assert main(["optimize", "--model", "tp_mlp", "--budgets", "1.0", "--memory-budget", "1.0"]) == 2
+    assert "not both" in capsys.readouterr().err
+    assert main(["optimize", "--model", "tp_mlp", "--budgets", "1.0,lots"]) == 2
