@@ -78,7 +78,10 @@ def test_sweep_runs_resumes_and_summarizes(tmp_path):
     md = sweep.summarize(str(out), str(tmp_path / "summary"))
     text = md.read_text()
     assert "Makespan relative to the best heuristic" in text and "torch_overlap" in text
-    assert len(list((tmp_path / "summary").glob("*.png"))) == 4
+    assert len(list((tmp_path / "summary").glob("*.png"))) == 5
+    # per method: cpsat against the best heuristic and torch's scheduler, over the two graphs' groups
+    cpsat_row = next(line for line in text.splitlines() if line.startswith("| cpsat@1s | 2 |"))
+    assert cpsat_row.count("(2, ") == (2 if TORCH_OVERLAP_OK else 1)
 
 
 def test_errors_become_rows(tmp_path):
