@@ -484,6 +484,9 @@ def connect_ray(address: str | None = None, num_cpus: int | None = None) -> None
     import this module and torch_overlap); solvercast itself must be installed on every node."""
     import ray
 
+    if address is None:
+        # a local Ray sends no usage report home (these machines have no network; a cluster keeps its own setting)
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(address=address, num_cpus=num_cpus if address is None else None, include_dashboard=False,
              runtime_env={"working_dir": str(HERE), "excludes": ["results/", "__pycache__/"]})
 
