@@ -1,6 +1,7 @@
 """Sweeps: solver vs heuristics vs PyTorch's own overlap scheduler, one CSV row per run.
 
     .venv/bin/python experiments/sweep.py run experiments/configs/quick.json --out results.csv [--workers N]
+    .venv/bin/python experiments/sweep.py run CONFIG --out results.csv --backend ray [--address auto|ray://host:port]
     .venv/bin/python experiments/sweep.py summarize results.csv --out experiments/results/
 
 ``run`` expands the config's grid (models x methods x memory budgets x time limits x compute streams
@@ -27,12 +28,16 @@ Budgets: a number is a ratio of the original order's peak (``optimize``'s float 
 (``none`` in the CSV) means unconstrained, passed as the sum of every buffer's bytes (no order can
 exceed it).
 
-Workers: a process pool (spawn). Default ``max(1, nproc // 2)`` workers, not one per core, because
-each CP-SAT solve uses 2 search workers of its own: with one pool worker per core the solver would
-get half the CPU its time limit assumes, and since `optimize` runs CP-SAT with a deterministic time
-limit *capped by the wall clock*, an oversubscribed machine ends searches early and
-non-reproducibly. Pass ``--workers`` to override (e.g. ``--workers $(nproc)`` for heuristic-only
-sweeps).
+Backends. ``pool`` (default): a local process pool (spawn) of ``--workers``, default ``max(1, nproc // 2)``
+(from when each CP-SAT solve used 2 search workers; `optimize` now runs CP-SAT deterministically, with one,
+so ``--workers $(nproc)`` no longer oversubscribes). ``ray`` (``pip install -e '.[ray]'``): one Ray task per
+run, asking for `cpus_of` CPUs (1: CP-SAT's one deterministic search worker), so a node runs as many runs
+as it has CPUs and a solver's time limit means what it says; on the cluster at ``--address`` (``auto``:
+the one this node belongs to; ``ray://host:port``: Ray Client), or on a local Ray of ``--num-cpus`` CPUs.
+experiments/ travels as the Ray job's working directory; solvercast must be installed on every node.
+With either backend rows are appended as runs finish; a run that raises, or whose worker dies (a native
+abort in the solver), is an ``error`` row and the sweep goes on. Progress (done / total, errors, time
+left): a bar on a terminal, one line per finished run otherwise.
 
 Config (JSON)::
 
@@ -65,6 +70,9 @@ from solvercast import methods as registry
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
+
+import method_summary  # noqa: E402  (experiments/)
+from method_summary import method_column  # noqa: E402
 
 # the registry's compared methods (solvercast.methods), then PyTorch's own scheduler
 SOLVER_METHODS = registry.names(registry.Kind.SOLVER, swept=True)
@@ -268,8 +276,18 @@ def _fmt_dur(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def run(config_path: str, out: str, workers: int | None = None, quiet: bool = False) -> int:
-    """Run the pending rows of the config's grid; returns how many ran."""
+BACKENDS = ("pool", "ray")
+
+
+def run(config_path: str, out: str, workers: int | None = None, quiet: bool = False, backend: str = "pool",
+        address: str | None = None, num_cpus: int | None = None) -> int:
+    """Run the pending rows of the config's grid; returns how many ran.
+
+    ``backend`` "pool" (default): a local process pool of ``workers``. "ray": one Ray task per run (see
+    `_execute_ray`), on the cluster at ``address`` ("auto", "ray://host:port"), or on a local Ray started
+    with ``num_cpus`` CPUs when ``address`` is None; a Ray already initialised in this process is used as is."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose from {', '.join(BACKENDS)}")
     config = json.loads(Path(config_path).read_text())
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
@@ -280,8 +298,9 @@ def run(config_path: str, out: str, workers: int | None = None, quiet: bool = Fa
     pending.sort(key=lambda j: (j["method"] not in SOLVER_METHODS, -len(j["params"])))
     workers = workers or max(1, (os.cpu_count() or 2) // 2)
     say = (lambda msg: None) if quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    where = f"{workers} worker(s)" if backend == "pool" else f"Ray ({address or 'local'})"
     say(f"sweep {config.get('name', config_path)}: {len(jobs)} runs in the grid, {len(jobs) - len(pending)} "
-        f"already in {out_path}, {len(pending)} to run on {workers} worker(s)")
+        f"already in {out_path}, {len(pending)} to run on {where}")
     if not pending:
         return 0
     cols = columns()
@@ -291,32 +310,116 @@ def run(config_path: str, out: str, workers: int | None = None, quiet: bool = Fa
             header = next(csv.reader(f), None)
         if header != cols:
             raise SystemExit(f"{out_path} has other columns than this version writes; use a new --out file")
-    t0 = time.perf_counter()
-    counts = {"ok": 0, "error": 0, "skipped": 0}
 
     with open(out_path, "a", newline="") as f:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         if new_file:
             w.writeheader()
             f.flush()
-        i = 0
+        progress = Progress(pending, quiet=quiet)
 
         def record(job: dict, row: dict) -> None:
-            nonlocal i
-            i += 1
             w.writerow(row)
             f.flush()
-            st = row.get("status", "error")
-            counts[st] = counts.get(st, 0) + 1
-            el = time.perf_counter() - t0
-            eta = el / i * (len(pending) - i)
-            say(f"[{i}/{len(pending)}] {100 * i / len(pending):3.0f}% elapsed {_fmt_dur(el)} eta {_fmt_dur(eta)} "
-                f"ok {counts['ok']} err {counts['error']} skip {counts['skipped']} | {job['model']} "
-                f"{job['params']} {job['method']} budget={job['budget']} tl={job['time_limit'] or '-'} "
-                f"streams={job['compute_streams']}: {st}")
+            progress.update(job, row)
 
-        _execute(pending, workers, record, say)
+        try:
+            if backend == "ray":
+                _execute_ray(pending, record, progress.say, address, num_cpus)
+            else:
+                _execute(pending, workers, record, progress.say)
+        finally:
+            progress.close()
     return len(pending)
+
+
+class Progress:
+    """Done / total, errors and time left, for either backend: a bar redrawn in place on a terminal
+    (runs that end in an error are printed above it), one plain line per finished run otherwise (logs, CI).
+
+    Time left weighs each run by its time limit plus one second (solver runs dominate and run first, so
+    a plain average of the finished runs would overstate it): left = elapsed x pending weight / done weight."""
+
+    def __init__(self, jobs: list[dict], quiet: bool = False, stream=None, tty: bool | None = None):
+        self.total, self.done = len(jobs), 0
+        self.counts = {"ok": 0, "error": 0, "skipped": 0}
+        self.weight_left = sum(self._weight(j) for j in jobs)
+        self.weight_done = 0.0
+        self.quiet, self.stream = quiet, stream or sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.t0 = time.perf_counter()
+        self._drawn = False
+
+    @staticmethod
+    def _weight(job: dict) -> float:
+        return (_f(job["time_limit"]) or 0.0) + 1.0
+
+    def status(self) -> str:
+        el = time.perf_counter() - self.t0
+        left = el * self.weight_left / self.weight_done if self.weight_done else None
+        c = self.counts
+        return (f"{self.done}/{self.total} {100 * self.done / max(1, self.total):3.0f}% errors {c['error']} "
+                f"skipped {c['skipped']} elapsed {_fmt_dur(el)} left {'?' if left is None else '~' + _fmt_dur(left)}")
+
+    def update(self, job: dict, row: dict) -> None:
+        self.done += 1
+        st = row.get("status", "error")
+        self.counts[st] = self.counts.get(st, 0) + 1
+        w = self._weight(job)
+        self.weight_left -= w
+        self.weight_done += w
+        what = (f"{job['model']} {job['params']} {job['method']} budget={job['budget']} "
+                f"tl={job['time_limit'] or '-'} streams={job['compute_streams']}: {st}")
+        if not self.tty:
+            self.say(f"[{self.status()}] {what}")
+            return
+        if st == "error":
+            self.say(f"{what}: {str(row.get('error', ''))[:200]}")
+        self._draw()
+
+    def _draw(self) -> None:
+        if self.quiet:
+            return
+        width = 30
+        full = width * self.done // max(1, self.total)
+        self.stream.write(f"\r[{'#' * full}{'.' * (width - full)}] {self.status()}\x1b[K")
+        self.stream.flush()
+        self._drawn = True
+
+    def say(self, msg: str) -> None:
+        """A line of its own (above the bar on a terminal)."""
+        if self.quiet:
+            return
+        self.stream.write(("\r\x1b[K" if self._drawn else "") + msg + "\n")
+        self.stream.flush()
+        if self._drawn:
+            self._draw()
+
+    def close(self) -> None:
+        if self._drawn and not self.quiet:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+#: Test-only fault injection: a job with ``{TEST_FAULT: "raise"}`` raises past `run_one` in its worker, one
+#: with ``"exit"`` kills its worker process (``os._exit``), as a native abort in a solver would.
+TEST_FAULT = "_test_fault"
+
+
+def _task(job: dict) -> dict:
+    """What a worker runs for one job (either backend)."""
+    fault = job.get(TEST_FAULT)
+    if fault == "exit":
+        os._exit(3)
+    if fault == "raise":
+        raise RuntimeError("test fault: raised outside run_one")
+    return run_one(job)
+
+
+def _error_row(job: dict, msg: str) -> dict:
+    row = {k: job[k] for k in KEY}
+    row.update(status="error", error=msg.replace("\n", " ")[:500])
+    return row
 
 
 def _execute(jobs: list[dict], workers: int, record, say) -> None:
@@ -326,7 +429,8 @@ def _execute(jobs: list[dict], workers: int, record, say) -> None:
     pool, failing every unfinished future. Then the first ``workers + 1`` unfinished jobs (the ones
     that can have been running or queued in the pool's call queue: the culprit is among them) are re-run
     one by one in fresh single-worker pools, so only a job that crashes on its own becomes an error
-    row, and the rest go to a new pool."""
+    row, and the rest go to a new pool. A job that raises in its worker (`run_one` itself never does)
+    is an error row too."""
     import multiprocessing as mp
     from concurrent.futures.process import BrokenProcessPool
 
@@ -335,23 +439,26 @@ def _execute(jobs: list[dict], workers: int, record, say) -> None:
     def isolated(job: dict) -> dict:
         with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as p1:
             try:
-                return p1.submit(run_one, job).result()
+                return p1.submit(_task, job).result()
             except BrokenProcessPool as e:
-                row = {k: job[k] for k in KEY}
-                row.update(status="error", error=f"worker crashed (native abort, e.g. in the solver): {e}"[:500])
-                return row
+                return _error_row(job, f"worker crashed (native abort, e.g. in the solver): {e}")
+            except Exception as e:  # noqa: BLE001 - a failed run is a row, not a crash
+                return _error_row(job, f"worker raised {type(e).__name__}: {e}")
 
     queue = list(jobs)
     while queue:
         failed: list[dict] = []
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futures = [(pool.submit(run_one, j), j) for j in queue]
+            futures = [(pool.submit(_task, j), j) for j in queue]
             index = {fut: j for fut, j in futures}
             for fut in as_completed(index):
                 try:
-                    record(index[fut], fut.result())
+                    row = fut.result()
                 except BrokenProcessPool:
-                    pass
+                    continue
+                except Exception as e:  # noqa: BLE001
+                    row = _error_row(index[fut], f"worker raised {type(e).__name__}: {e}")
+                record(index[fut], row)
             failed = [j for fut, j in futures if isinstance(fut.exception(), BrokenProcessPool)]
         if not failed:
             return
@@ -360,6 +467,62 @@ def _execute(jobs: list[dict], workers: int, record, say) -> None:
         for job in failed[:workers + 1]:
             record(job, isolated(job))
         queue = failed[workers + 1:]
+
+
+def cpus_of(job: dict) -> int:
+    """The CPUs one run keeps busy, which its Ray task asks for. `optimize` runs CP-SAT deterministically,
+    i.e. with one search worker (solvercast/solvers/cpsat.py sets ``num_workers = 1``); the heuristics
+    and torch's pass run in the task's own thread, and the MILP (graphs of at most 20 tasks) in one HiGHS
+    subprocess while the task waits on it. So one CPU for every method: a node with N CPUs runs N runs
+    at once and never more, and a solver's time limit means what it says."""
+    return 1
+
+
+def connect_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Start a local Ray (``address`` None, ``num_cpus`` CPUs, default all) or connect to a cluster
+    ("auto", "ray://host:port"). experiments/ travels as the job's working directory (so workers can
+    import this module and torch_overlap); solvercast itself must be installed on every node."""
+    import ray
+
+    if address is None:
+        # a local Ray sends no usage report home (these machines have no network; a cluster keeps its own setting)
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address=address, num_cpus=num_cpus if address is None else None, include_dashboard=False,
+             runtime_env={"working_dir": str(HERE), "excludes": ["results/", "__pycache__/"]})
+
+
+def _execute_ray(jobs: list[dict], record, say, address: str | None = None, num_cpus: int | None = None) -> None:
+    """Run ``jobs`` as Ray tasks (one per run, asking for `cpus_of` CPUs), calling ``record(job, row)``
+    as each finishes. A task that raises (`RayTaskError`) or whose worker dies (`WorkerCrashedError`,
+    e.g. a native abort in the solver) is an error row; tasks are not retried (``max_retries=0``): a
+    solver's abort repeats, and resuming the sweep reruns nothing that has a row. Starts (or connects to)
+    Ray unless this process already has, and then shuts it down again."""
+    try:
+        import ray
+    except ImportError as e:
+        raise SystemExit(f"--backend ray needs Ray: pip install -e '.[ray]' ({e})") from e
+
+    started = not ray.is_initialized()
+    if started:
+        connect_ray(address, num_cpus)
+    try:
+        say(f"Ray cluster: {ray.cluster_resources().get('CPU', 0):g} CPUs")
+        remote = ray.remote(max_retries=0)(_task)
+        index = {remote.options(num_cpus=cpus_of(j)).remote(j): j for j in jobs}
+        pending = list(index)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            job = index.pop(ready[0])
+            try:
+                row = ray.get(ready[0])
+            except ray.exceptions.RayTaskError as e:
+                row = _error_row(job, f"task raised {type(e.cause).__name__}: {e.cause}")
+            except ray.exceptions.RayError as e:  # the worker (or its node) died: WorkerCrashedError, ...
+                row = _error_row(job, f"worker died ({type(e).__name__}): {e}")
+            record(job, row)
+    finally:
+        if started:
+            ray.shutdown()
 
 
 # ---------------------------------------------------------------- summarize
@@ -375,10 +538,6 @@ def _f(x) -> float | None:
 def _label(r: dict) -> str:
     p = json.loads(r["params"])
     return r["model"] + ("" if not p else " " + " ".join(f"{k}={v}" for k, v in p.items()))
-
-
-def _mcol(r: dict) -> str:
-    return r["method"] + (f"@{r['time_limit']}s" if r["time_limit"] else "")
 
 
 def summarize(csv_path: str, out_dir: str, title: str | None = None) -> Path:
@@ -400,8 +559,8 @@ def summarize(csv_path: str, out_dir: str, title: str | None = None) -> Path:
 
     groups: dict[tuple, dict[str, dict]] = {}
     for r in rows:
-        groups.setdefault(group_key(r), {})[_mcol(r)] = r
-    mcols = sorted({_mcol(r) for r in rows},
+        groups.setdefault(group_key(r), {})[method_column(r)] = r
+    mcols = sorted({method_column(r) for r in rows},
                    key=lambda c: (METHODS.index(c.split("@")[0]), _f(c.split("@")[1][:-1]) if "@" in c else 0))
 
     def tasks_of(g):
@@ -419,7 +578,6 @@ def summarize(csv_path: str, out_dir: str, title: str | None = None) -> Path:
              "`heuristic us` is the best heuristic's makespan in microseconds.", "",
              "| model | tasks | streams | budget | heuristic us | " + " | ".join(mcols) + " |",
              "|---|---:|---:|---|---:|" + "---:|" * len(mcols)]
-    rel_points: dict[str, list[float]] = {}
     for gk in sorted(groups, key=lambda k: (k[0].split()[0], tasks_of(groups[k]), k[0], k[1], k[2])):
         g = groups[gk]
         h = g.get("heuristic")
@@ -435,26 +593,20 @@ def summarize(csv_path: str, out_dir: str, title: str | None = None) -> Path:
                 cells.append("skip")
             elif hm:
                 v = float(r["optimized_makespan"]) / hm
-                rel_points.setdefault(c, []).append(v)
                 cells.append(f"{v:.3f}" + ("*" if r["over_budget"] == "True" else ""))
             else:
                 cells.append(f"{float(r['optimized_makespan']) / 1e3:.1f}us" + ("*" if r["over_budget"] == "True" else ""))
         lines.append(f"| {gk[0]} | {tasks_of(g)} | {gk[1]} | {gk[2]} | "
                      f"{hm / 1e3 if hm else float('nan'):.1f} | " + " | ".join(cells) + " |")
 
-    # per method: geometric mean of the ratio, wins / losses against the heuristic
-    import math
-
-    lines += ["", "## Per method, over all groups with a best-heuristic row", "",
-              "| method | runs | geomean vs heuristic | best | worst | better (<0.999) | worse (>1.001) |",
-              "|---|---:|---:|---:|---:|---:|---:|"]
-    for c in mcols:
-        v = rel_points.get(c, [])
-        if not v:
-            continue
-        gm_ = math.exp(sum(math.log(x) for x in v) / len(v))
-        lines.append(f"| {c} | {len(v)} | {gm_:.3f} | {min(v):.3f} | {max(v):.3f} | "
-                     f"{sum(x < 0.999 for x in v)} | {sum(x > 1.001 for x in v)} |")
+    # per method: against the best heuristic and torch's scheduler, gap to the bound, time
+    lines += ["", "## Per method", "",
+              "Geometric means of makespan / reference over the (graph, streams, budget) groups where both rows are "
+              "ok; better / worse: ratio < 0.999 / > 1.001. torch_overlap orders one compute stream, so the "
+              "comparison with it covers the 1-stream groups. Gap: (makespan - best bound) / best bound. Time: "
+              "`optimize`'s total, or torch's pass (`phase_total`). Plot: "
+              f"![per method]({stem}_per_method.png)", ""]
+    lines += method_summary.table(rows, mcols)
 
     # solvers: gap and status
     sol = [r for r in ok if r["method"] in SOLVER_METHODS]
@@ -476,7 +628,8 @@ def summarize(csv_path: str, out_dir: str, title: str | None = None) -> Path:
                          f"{r['time_limit']} | {r['status']} | {(r['error'] or r['skip_reason'])[:160]} |")
 
     # ------------------------------------------------ plots
-    pngs = []
+    pngs = [out / f"{stem}_per_method.png"]
+    method_summary.plot(rows, mcols, pngs[0])
     # 1. makespan relative to best heuristic, per model and budget (streams 1 + 2 as separate bars groups)
     gks = [gk for gk in sorted(groups, key=lambda k: (k[0].split()[0], tasks_of(groups[k]), k[0], k[1], k[2]))
            if groups[gk].get("heuristic", {}).get("status") == "ok"]
@@ -581,16 +734,25 @@ def main(argv=None):
     r.add_argument("config")
     r.add_argument("--out", required=True, help="CSV to append to")
     r.add_argument("--workers", type=int, default=None, help="pool size (default: nproc // 2, see module doc)")
+    r.add_argument("--backend", choices=BACKENDS, default="pool",
+                   help="pool: a local process pool (default); ray: one Ray task per run (pip install -e '.[ray]')")
+    r.add_argument("--address", default=None,
+                   help="Ray cluster to use (auto, ray://host:port); default: start a local Ray")
+    r.add_argument("--num-cpus", type=int, default=None, help="CPUs of the local Ray it starts (default: all)")
     s = sub.add_parser("summarize", help="markdown table and PNG plots from a sweep CSV")
     s.add_argument("csv")
     s.add_argument("--out", required=True, help="output folder")
     s.add_argument("--title", default=None)
     a = ap.parse_args(argv)
     if a.cmd == "run":
-        run(a.config, a.out, a.workers)
+        run(a.config, a.out, a.workers, backend=a.backend, address=a.address, num_cpus=a.num_cpus)
     else:
         print(summarize(a.csv, a.out, a.title))
 
 
 if __name__ == "__main__":
-    main()
+    # run as the module `sweep`, not `__main__`, so Ray pickles its tasks by reference (workers import
+    # sweep.py from the job's working directory) instead of by value
+    from sweep import main as _main
+
+    _main()

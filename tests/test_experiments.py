@@ -78,7 +78,10 @@ def test_sweep_runs_resumes_and_summarizes(tmp_path):
     md = sweep.summarize(str(out), str(tmp_path / "summary"))
     text = md.read_text()
     assert "Makespan relative to the best heuristic" in text and "torch_overlap" in text
-    assert len(list((tmp_path / "summary").glob("*.png"))) == 4
+    assert len(list((tmp_path / "summary").glob("*.png"))) == 5
+    # per method: cpsat against the best heuristic and torch's scheduler, over the two graphs' groups
+    cpsat_row = next(line for line in text.splitlines() if line.startswith("| cpsat@1s | 2 |"))
+    assert cpsat_row.count("(2, ") == (2 if TORCH_OVERLAP_OK else 1)
 
 
 def test_errors_become_rows(tmp_path):
@@ -108,3 +111,48 @@ def test_torch_overlap_adapter_maps_every_task():
     assert all(pos[u] < pos[v] for u, v in p.edges)  # topological
     assert simulate(p, s).makespan > 0
     assert [n.name for n in gm.graph.nodes] == before  # ran on a deep copy
+
+
+def _run_on_pool(jobs):
+    rows, said = {}, []
+    sweep._execute(jobs, 1, lambda job, row: rows.setdefault(job["method"], row), said.append)
+    return rows, said
+
+
+def test_pool_turns_a_raising_run_into_an_error_row():
+    """A run that raises past run_one (run_one itself never does) is an error row, and the pool goes on."""
+    ok = sweep.expand({**TINY, "models": [], "methods": ["original"]})[0]  # synthetic 50, original
+    rows, _ = _run_on_pool([{**ok, "method": "heuristic", sweep.TEST_FAULT: "raise"}, ok])
+    assert rows["heuristic"]["status"] == "error" and "RuntimeError: test fault" in rows["heuristic"]["error"]
+    assert rows["original"]["status"] == "ok"
+
+
+@pytest.mark.heavy  # four spawned pools (~25 s on 2 loaded cores); the Ray backend's test of a dead worker is not heavy
+def test_pool_turns_a_dead_worker_into_an_error_row():
+    """A worker that dies (os._exit, as a native abort would) breaks the pool: its run is an error row, the
+    runs queued behind it are rerun (the pool is rebuilt)."""
+    ok = sweep.expand({**TINY, "models": [], "methods": ["original"]})[0]
+    dying = {**ok, "method": "list", sweep.TEST_FAULT: "exit"}
+    raising = {**ok, "method": "heuristic", sweep.TEST_FAULT: "raise"}
+    rows, said = _run_on_pool([dying, raising, ok])
+    assert rows["list"]["status"] == "error" and "worker crashed" in rows["list"]["error"]
+    assert rows["heuristic"]["status"] == "error" and "RuntimeError: test fault" in rows["heuristic"]["error"]
+    assert rows["original"]["status"] == "ok"
+    assert any("a worker crashed" in m for m in said)
+
+def test_progress_reports_done_errors_and_time_left():
+    import io
+
+    jobs = sweep.expand({**TINY, "models": [], "methods": ["original", "cpsat"]})  # 2 runs, tl 1 s for cpsat
+    plain, bar = io.StringIO(), io.StringIO()
+    for stream, tty in ((plain, False), (bar, True)):
+        p = sweep.Progress(jobs, stream=stream, tty=tty)
+        p.update(jobs[0], {"status": "error", "error": "boom"})
+        p.update(jobs[1], {"status": "ok"})
+        p.close()
+    lines = plain.getvalue().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("[1/2  50% errors 1 skipped 0") and "left ~" in lines[0]
+    assert lines[1].startswith("[2/2 100% errors 1")
+    # on a terminal: the error is printed above a bar redrawn in place
+    out = bar.getvalue()
+    assert "boom" in out and "\r[###############...............] 1/2" in out and out.count("\n") == 2
