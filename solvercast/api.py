@@ -88,8 +88,13 @@ def optimize(
     """
     _check_arguments(method, time_limit)
     requested = method
-    say = progress or (lambda msg: None)
     clock = time.perf_counter()
+    deadline = clock + time_limit
+
+    def say(msg: str) -> None:  # every progress line says how much of the limit is left
+        if progress is not None:
+            progress(f"{msg} [{max(0.0, deadline - time.perf_counter()):.1f} s of {time_limit:g} s left]")
+
     phases: dict[str, float] = {}
 
     def phase(name: str) -> None:
@@ -114,7 +119,7 @@ def optimize(
         method = "cpsat" if problem.num_tasks <= AUTO_CPSAT_MAX_TASKS else "cpsat-windows"
     plan = plan_time(time_limit, problem.num_tasks, problem.machine.compute_streams,
                      solver_follows=BY_NAME[method].kind == Kind.SOLVER)
-    schedule, solver_info = _solve(problem, method, plan, start_all + time_limit, deterministic, say, phase)
+    schedule, solver_info = _solve(problem, method, plan, deadline, deterministic, say, phase)
     if method != requested:
         solver_info["auto_choice"] = method
     optimized = validate(problem, schedule, memory_budget=sys.maxsize)  # lowering needs no second check
@@ -129,6 +134,7 @@ def optimize(
 
     from solvercast.lower import lower
 
+    say(f"lowering {solver_info['method']}'s schedule")
     out_gm = lower(gm, problem, schedule, check=False)
     phase("lower")
     phases["total"] = time.perf_counter() - start_all
@@ -186,7 +192,7 @@ def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deter
     if hint is None and entry.needs_hint:
         raise hint_error  # reduced models keep parts of a heuristic schedule: they need one
     try:
-        res = entry.run(problem, hint, solver_time, deterministic, say, wall_clock_limit=min(solver_time, wall_left))
+        res = entry.run(problem, hint, solver_time, deterministic, say, deadline=deadline - plan.lowering_seconds)
     except InfeasibleBudgetError as e:
         if e.best_peak is None and hint_error is not None:  # the solver's proof: the heuristics' smallest peak
             e.best_peak = hint_error.best_peak

@@ -70,7 +70,7 @@ def solve_cpsat(
     window: tuple[int, int] | None = None,
     left_shift: bool = False,
     repair_hint: bool = False,
-    wall_clock_limit: float | None = None,
+    deadline: float | None = None,
 ) -> SolveResult:
     """Solve ``problem`` with CP-SAT, warm-started from ``hint``.
 
@@ -87,8 +87,9 @@ def solve_cpsat(
     ``left_shift``: keep the hint's makespan as a cap and minimize it, then
     the sum of start times; a schedule with the same makespan and earlier
     starts then counts as an improvement.
-    ``wall_clock_limit``: a lower wall-clock cap than ``time_limit`` (the
-    time `optimize` has left), leaving the deterministic limit as it is.
+    ``deadline``: a `time.perf_counter` reading by which the call must
+    return (`optimize`'s whole-call limit), a wall-clock cap that leaves the
+    deterministic limit as it is.
 
     Returns the better of the solver's schedule and the hint, judged by
     `simulate`; the status says which. Raises `InfeasibleBudgetError` when the
@@ -146,7 +147,7 @@ def solve_cpsat(
     # Deterministic time advances slower than the wall clock on this problem (measured on 2 cores:
     # DETERMINISTIC_UNITS_PER_SECOND); the budget is converted so that the deterministic limit, which
     # gives the same answer on every rank, normally ends the search, and the wall clock caps the call.
-    wall_cap = time_limit if wall_clock_limit is None else max(0.01, min(time_limit, wall_clock_limit))
+    wall_cap = time_limit if deadline is None else max(0.01, min(time_limit, deadline - time.perf_counter()))
     params.max_time_in_seconds = wall_cap
     # repair_hint helped at ~1k tasks in the prototype, but OR-Tools 9.15 sometimes aborts the whole
     # process with it ("Check failed: heuristics.fixed_search != nullptr", seen with and without

@@ -43,24 +43,23 @@ def solve_placement(problem: Problem, hint: Schedule, time_limit: float, memory_
 def solve_placement_then_windows(problem: Problem, hint: Schedule, time_limit: float,
                                  memory_budget: int | None = None, *, deterministic: bool = True,
                                  progress: Callable[[str], None] | None = None,
-                                 wall_clock_limit: float | None = None) -> SolveResult:
+                                 deadline: float | None = None) -> SolveResult:
     """A quarter of the time on the placement model, the rest on windowed
     search from its result. Returns the better of the two (the hint, with
     HINT_KEPT and both reasons, if neither improved). With ``deterministic``
-    the split and the windows' budget are counted in CP-SAT's deterministic
-    time, so every rank searches the same windows; ``wall_clock_limit`` caps
-    the call (``stats["stopped_by_wall_clock"]`` says when it ended it)."""
+    time, so every rank searches the same windows; ``deadline`` (a
+    `time.perf_counter` reading) caps the call (``stats["stopped_by_wall_clock"]``
+    says when it ended it)."""
     say = progress or (lambda msg: None)
-    started = time.perf_counter()
-    wall = time_limit if wall_clock_limit is None else min(time_limit, wall_clock_limit)
+    deadline = time.perf_counter() + time_limit if deadline is None else deadline
     say(f"solving with CP-SAT, compute order fixed ({time_limit / 4:.1f} s)")
     placed = solve_placement(problem, hint, time_limit / 4, memory_budget, deterministic=deterministic,
-                             progress=progress, wall_clock_limit=wall)
+                             progress=progress, deadline=deadline)
     start = placed.schedule if placed.schedule is not None else hint
     spent = _seconds_spent(placed, deterministic)
     say(f"windowed search ({time_limit - spent:.1f} s)")
     windows = solve_windows(problem, start, time_limit - spent, memory_budget, deterministic=deterministic,
-                            progress=progress, wall_clock_limit=wall - (time.perf_counter() - started))
+                            progress=progress, deadline=deadline)
     if windows.status != SolveStatus.HINT_KEPT:
         return windows
     if placed.status != SolveStatus.HINT_KEPT and placed.schedule is not None:
@@ -112,7 +111,7 @@ def window_starts(problem: Problem, schedule: Schedule, sim: SimResult, size: in
 def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_budget: int | None = None, *,
                   window: int = 200, per_window: float = 4.0, deterministic: bool = True,
                   progress: Callable[[str], None] | None = None,
-                  wall_clock_limit: float | None = None) -> SolveResult:
+                  deadline: float | None = None) -> SolveResult:
     """Large-neighbourhood search over windows of ``window`` tasks until ``time_limit``.
 
     Returns the best schedule found (the hint if nothing improved, with
@@ -127,19 +126,18 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
     # time left, counted in planned seconds: the windows' deterministic time plus a fixed overhead each
     # (with ``deterministic``, so every rank tries the same windows), else in wall time
     left = time_limit - (0.0 if deterministic else time.perf_counter() - started)
-    wall = time_limit if wall_clock_limit is None else min(time_limit, wall_clock_limit)
+    deadline = started + time_limit if deadline is None else min(deadline, started + time_limit)
     stopped_by_wall = False
     while queue:
         if left - WINDOW_OVERHEAD_SECONDS < 0.5:
             break
-        wall_left = wall - (time.perf_counter() - started)
-        if wall_left < 0.5:
+        if deadline - time.perf_counter() < 0.5:
             stopped_by_wall = deterministic
             break
         lo = queue.pop(0)
         res = solve_cpsat(problem, time_limit=min(per_window, left - WINDOW_OVERHEAD_SECONDS),
                           memory_budget=memory_budget, hint=best, window=(lo, lo + window), left_shift=True,
-                          deterministic=deterministic, wall_clock_limit=wall_left)
+                          deterministic=deterministic, deadline=deadline)
         stopped_by_wall |= bool(res.stats.get("stopped_by_wall_clock"))
         left -= _seconds_spent(res, deterministic) + WINDOW_OVERHEAD_SECONDS
         tried += 1
