@@ -32,6 +32,8 @@ from solvercast.engine import StepMemory, simulated_peak
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 
+from .work import charge
+
 INF = math.inf
 _FINITE = 1e300  # above every key a _MinTree holds
 OVER_BUDGET = "!over-budget"
@@ -73,6 +75,12 @@ def compute_work(problem: Problem, streams: Sequence[int]) -> list[int]:
     machine = problem.machine
     return [task.duration if task.role != Role.FREE and machine.is_compute_stream(streams[t]) else 0
             for t, task in enumerate(problem.tasks)]
+
+
+def peak_of(problem: Problem, schedule: Schedule) -> int:
+    """`simulated_peak`, counted against the current work budget (`heuristics.work`)."""
+    charge(problem, "simulate")
+    return simulated_peak(problem, schedule)
 
 
 def best_by_peak(candidates: Iterable[tuple[int, int, Schedule]]) -> Schedule:

@@ -14,6 +14,7 @@ from solvercast.simulate import SimResult, validate
 
 from ._common import renamed, budget_bytes
 from .iterative_swap import iterative_swap
+from .work import affords, charge, note_cut
 
 _SCHEDULERS = schedule_methods()
 #: Every method `run_heuristics` may report, in tie-break order (earlier wins at equal makespan and peak:
@@ -21,9 +22,22 @@ _SCHEDULERS = schedule_methods()
 #: each of them polished by `iterative_swap`.
 METHOD_ORDER = tuple(m.name for m in _SCHEDULERS) + tuple(m.name + "+swap" for m in _SCHEDULERS)
 
-_ORIGINAL = tuple(m.name for m in _SCHEDULERS if m.kind == Kind.ORIGINAL)  # always polished by a swap
+_ORIGINAL = tuple(m.name for m in _SCHEDULERS if m.kind == Kind.ORIGINAL)  # always judged, and polished by a swap
 _BASES = tuple(m.name for m in _SCHEDULERS if m.kind == Kind.HEURISTIC)  # the best few polished too
 _SWAPPED_BASES = 2  # iterative_swap is applied to the original order and to this many best other bases
+
+#: The order heuristics run in under a work budget (`heuristics.work`), by measured value per cost
+#: (experiments/results/heuristic_portfolio.md: how often each is the best, its mean excess over the best,
+#: its work): what comes last is cut first. One compute stream: comm_priority costs a seventh of nondelay
+#: and is often close; with several, nondelay wins almost always and list is second.
+PORTFOLIO = {
+    1: ("comm_priority", "nondelay", "list", "sink_waits", "raise_comms"),
+    2: ("nondelay", "list", "comm_priority", "sink_waits", "raise_comms"),
+}
+#: the kind of pass each heuristic starts with: it is run only when the budget pays for one, and a judging
+#: simulation
+_FIRST_PASS = {"comm_priority": "comm_pass", "raise_comms": "comm_pass", "sink_waits": "comm_pass",
+               "list": "list_pass", "nondelay": "nondelay_pass"}
 
 
 def run_heuristics(problem: Problem, memory_budget: int | float | None = None) -> dict[str, tuple[Schedule, SimResult]]:
@@ -35,23 +49,40 @@ def run_heuristics(problem: Problem, memory_budget: int | float | None = None) -
     (bytes, float ratio of the original peak, or None for the machine's) is
     given to each heuristic; whether a result is within it is left to the
     caller (see `best_heuristic`).
+
+    Under a work budget (`heuristics.work.work_budget`) the heuristics run in `PORTFOLIO` order and
+    each only when the budget pays for its first pass; the original order is always judged. What is
+    skipped is recorded on the budget (``cut``).
     """
     budget = budget_bytes(problem, memory_budget)
     out: dict[str, tuple[Schedule, SimResult]] = {}
 
     def judge(name: str, schedule: Schedule) -> None:
         # validate the structure only: the budget is judged by the caller
+        charge(problem, "simulate")
         out[name] = (schedule, validate(problem, schedule, memory_budget=sys.maxsize))
 
-    for method in _SCHEDULERS:
-        judge(method.name, method.run(problem, memory_budget=budget))
+    by_name = {m.name: m for m in _SCHEDULERS}
+    for name in _ORIGINAL:
+        judge(name, by_name[name].run(problem, memory_budget=budget))
+    portfolio = PORTFOLIO[min(problem.machine.compute_streams, 2)]
+    for name in portfolio + tuple(m for m in _BASES if m not in portfolio):
+        if not affords(problem, _FIRST_PASS.get(name, "list_pass")) or not affords(problem, "simulate", 2):
+            note_cut(name)
+            continue
+        judge(name, by_name[name].run(problem, memory_budget=budget))
 
     def fits(name: str) -> bool:
         return budget is None or out[name][1].peak_memory <= budget
 
-    ranked = sorted(_BASES, key=lambda m: (not fits(m), out[m][1].makespan, out[m][1].peak_memory,
-                                           METHOD_ORDER.index(m)))
-    for base in list(_ORIGINAL) + sorted(ranked[:_SWAPPED_BASES], key=METHOD_ORDER.index):
+    ran = [m for m in _BASES if m in out]
+    ranked = sorted(ran, key=lambda m: (not fits(m), out[m][1].makespan, out[m][1].peak_memory,
+                                        METHOD_ORDER.index(m)))
+    # the best bases first: under a work budget they are the ones polished
+    for base in sorted(ranked[:_SWAPPED_BASES], key=METHOD_ORDER.index) + list(_ORIGINAL):
+        if not affords(problem, "swap") or not affords(problem, "simulate", 2):
+            note_cut(base + "+swap")
+            continue
         judge(base + "+swap", iterative_swap(problem, renamed(out[base][0], base), budget))
     return {name: out[name] for name in METHOD_ORDER if name in out}
 

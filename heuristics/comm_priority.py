@@ -25,9 +25,8 @@ import sys
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 
-from solvercast.engine import simulated_peak
-
-from ._common import ReadySet, best_by_peak, budget_bytes, renamed
+from ._common import ReadySet, best_by_peak, budget_bytes, peak_of, renamed
+from .work import charge
 
 
 def comm_scores(problem: Problem, raise_comms: bool = True, sink_waits: bool = True) -> list[tuple[int, int, int]]:
@@ -60,6 +59,7 @@ def _name(raise_comms: bool, sink_waits: bool, overlap: bool) -> str:
 
 
 def _comm_pass(problem: Problem, priority, overlap: bool, budget: int | None, method: str) -> Schedule:
+    charge(problem, "comm_pass")
     tasks = problem.tasks
     fill = (lambda t: tasks[t].role in (Role.COMPUTE, Role.FREE)) if overlap else None
     ready = ReadySet(problem, priority, budget, fill=fill)
@@ -100,19 +100,19 @@ def comm_priority_schedule(problem: Problem, raise_comms: bool = True, sink_wait
     schedule = _comm_pass(problem, priority, overlap, None, name)
     if budget is None:
         return schedule
-    peak = simulated_peak(problem, schedule)
+    peak = peak_of(problem, schedule)
     if peak <= budget:
         return schedule
     tried = [(peak, 0, schedule)]
     aware = _comm_pass(problem, priority, overlap, budget, name + "[memory]")
-    peak = simulated_peak(problem, aware)
+    peak = peak_of(problem, aware)
     if peak <= budget:
         return aware
     tried.append((peak, 1, aware))
     from .iterative_swap import iterative_swap
 
     swapped = renamed(iterative_swap(problem, Schedule.original(problem), budget), name + "[swap]")
-    peak = simulated_peak(problem, swapped)
+    peak = peak_of(problem, swapped)
     if peak <= budget:
         return swapped
     tried.append((peak, 2, swapped))

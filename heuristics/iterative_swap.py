@@ -36,9 +36,8 @@ from collections.abc import Callable, Sequence
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 
-from solvercast.engine import simulated_peak
-
-from ._common import OVER_BUDGET, budget_bytes, compute_work, mark_over_budget
+from ._common import OVER_BUDGET, budget_bytes, compute_work, mark_over_budget, peak_of
+from .work import charge
 
 
 class LinkedOrder:
@@ -242,6 +241,7 @@ def iterative_swap(problem: Problem, schedule: Schedule, memory_budget: int | fl
     is used instead.
     """
     n = problem.num_tasks
+    charge(problem, "swap")
     budget = budget_bytes(problem, memory_budget)
     method = f"{schedule.method.removesuffix(OVER_BUDGET) or 'schedule'}+swap"
     if n == 0:
@@ -328,20 +328,20 @@ def iterative_swap(problem: Problem, schedule: Schedule, memory_budget: int | fl
     if problem.machine.compute_streams == 1:
         peak = state.peak()
     else:
-        peak = simulated_peak(problem, result)
-        allowed = max(budget or 0, simulated_peak(problem, schedule))
+        peak = peak_of(problem, result)
+        allowed = max(budget or 0, peak_of(problem, schedule))
         if peak > allowed and moves:
             lo, hi = 0, len(moves)  # prefix lo keeps the limit (0: the input), hi does not
             while hi - lo > 1:
                 mid = (lo + hi) // 2
                 trial = Schedule(order=tuple(_replay(schedule.order, moves, mid, n)), streams=schedule.streams)
-                if simulated_peak(problem, trial) <= allowed:
+                if peak_of(problem, trial) <= allowed:
                     lo = mid
                 else:
                     hi = mid
             result = Schedule(order=tuple(_replay(schedule.order, moves, lo, n)), streams=schedule.streams,
                               method=method)
-            peak = simulated_peak(problem, result)
+            peak = peak_of(problem, result)
     if budget is not None and peak > budget:
         result = mark_over_budget(result)
     return result

@@ -25,9 +25,11 @@ from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 from solvercast.simulate import simulate
 
-from solvercast.engine import Timeline, TimeMemory, simulated_peak
+from solvercast.engine import Timeline, TimeMemory
 
-from ._common import ReadySet, best_by_peak, budget_bytes, comm_chain, held_budget, mark_over_budget, renamed
+from ._common import (ReadySet, best_by_peak, budget_bytes, comm_chain, held_budget, mark_over_budget, peak_of,
+                      renamed)
+from .work import affords, charge, note_cut
 
 
 def upward_ranks(problem: Problem) -> list[int]:
@@ -60,6 +62,7 @@ def upward_ranks(problem: Problem) -> list[int]:
 def _list_pass(problem: Problem, priority, budget: int | None, method: str) -> tuple[Schedule, bool]:
     """One greedy pass with a fixed priority; returns the schedule and whether
     the greedy had to break the budget."""
+    charge(problem, "list_pass")
     ready = ReadySet(problem, priority, budget)
     timeline = Timeline(problem)
     streams: dict[int, int] = {}
@@ -109,17 +112,17 @@ def list_schedule(problem: Problem, memory_budget: int | float | None = None) ->
     if not over and problem.machine.compute_streams == 1:
         return schedule  # one compute stream: the program-order peak the greedy held is the simulated peak
     tried = []
-    peak = simulated_peak(problem, schedule)
+    peak = peak_of(problem, schedule)
     if peak <= budget:
         return schedule
     tried.append((peak, 0, schedule))
     fallback, _ = _list_pass(problem, range(problem.num_tasks), budget, "list[original-priority]")
-    peak = simulated_peak(problem, fallback)
+    peak = peak_of(problem, fallback)
     if peak <= budget:
         return fallback
     tried.append((peak, 1, fallback))
     original = renamed(Schedule.original(problem), "list[original]")
-    peak = simulated_peak(problem, original)
+    peak = peak_of(problem, original)
     if peak <= budget:
         return original
     tried.append((peak, 2, original))
@@ -149,6 +152,7 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
     the first that starts when the earliest stream is free: no later one can beat it. It compares at
     most `NONDELAY_SCAN` tasks (that fit the budget, with one compute stream; with several, whether a
     task fits depends on its stream, so the streams are checked one by one)."""
+    charge(problem, "nondelay_pass")
     n = problem.num_tasks
     ready = ReadySet(problem, range(n), budget)
     timeline = Timeline(problem)
@@ -350,9 +354,16 @@ def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None
     limits = NONDELAY_SOFT_LIMITS if problem.machine.compute_streams == 1 else NONDELAY_SOFT_LIMITS[:2]
     passes = [(fraction, None, None) for fraction in limits]
     passes.append((1.0, range(problem.num_tasks), NONDELAY_ORIGINAL_WINDOW))
+    ran, stopped = 0, False
     for fraction, base, window in passes:
         deferred: frozenset[int] = frozenset()
+        over = True
         for _ in range(1 + NONDELAY_RETRIES):
+            # a work budget (`heuristics.work`) may stop the passes early; the first one always runs
+            if ran and not affords(problem, "nondelay_pass"):
+                stopped = True
+                break
+            ran += 1
             schedule, over, culprits = _nondelay_pass(problem, ranks, budget, int(budget * fraction), base, window,
                                                       deferred)
             if not over or culprits <= deferred:
@@ -360,9 +371,12 @@ def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None
             deferred |= culprits
         if over:
             continue
+        charge(problem, "simulate")
         sim = simulate(problem, schedule)
         if sim.peak_memory <= budget and (best is None or sim.makespan < best[0]):
             best = (sim.makespan, schedule)
+    if stopped:
+        note_cut(f"nondelay: the work budget stopped it after {ran} passes")
     if best is not None:
         return best[1]
     fallback = list_schedule(problem, budget)

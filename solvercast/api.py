@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,11 +19,9 @@ from solvercast.methods import BY_NAME, Kind, names
 from solvercast.problem import Problem
 from solvercast.report import Report
 from solvercast.schedule import Schedule
-from solvercast.simulate import SimResult, simulate
+from solvercast.simulate import SimResult, simulate, validate
+from solvercast.time_budget import MIN_SOLVER_SECONDS, TimePlan, plan_time
 
-# room kept for lowering and the report, per task, measured at 10,000 tasks: one compute stream (1.3 s),
-# several (6.6 s: cross-stream edges get anchor ops and events)
-LOWERING_SECONDS_PER_TASK = (1.5e-4, 7e-4)
 #: `optimize`'s methods: the registry's selectable entries (`solvercast.methods`)
 METHODS = names(Kind.SOLVER, Kind.BEST, Kind.HEURISTIC, Kind.ORIGINAL, selectable=True)
 # auto: a monolithic CP-SAT model up to this many tasks (measured: it still improves on the heuristic at
@@ -98,8 +98,14 @@ def optimize(
                                  method=method, preserve_collective_order=preserve_collective_order,
                                  deterministic=deterministic, comm_ops=comm_ops, cost_fn=cost_fn, cost_model=cost_model,
                                  progress=progress)
-    say = progress or (lambda msg: None)
+    requested = method
     clock = time.perf_counter()
+    deadline = clock + time_limit
+
+    def say(msg: str) -> None:  # every progress line says how much of the limit is left
+        if progress is not None:
+            progress(f"{msg} [{max(0.0, deadline - time.perf_counter()):.1f} s of {time_limit:g} s left]")
+
     phases: dict[str, float] = {}
 
     def phase(name: str) -> None:
@@ -121,9 +127,14 @@ def optimize(
     say(f"extracted {problem.num_tasks} tasks; baseline makespan {baseline.makespan / 1e3:.1f} us, "
         f"peak {baseline.peak_memory} B, budget {'none' if budget is None else f'{budget} B'}")
 
-    schedule, solver_info = _solve(problem, method, time_limit - (time.perf_counter() - start_all), deterministic,
-                                   say, phase)
-    optimized = simulate(problem, schedule)
+    if method == "auto":
+        method = "cpsat" if problem.num_tasks <= AUTO_CPSAT_MAX_TASKS else "cpsat-windows"
+    plan = plan_time(time_limit, problem.num_tasks, problem.machine.compute_streams,
+                     solver_follows=BY_NAME[method].kind == Kind.SOLVER)
+    schedule, solver_info = _solve(problem, method, plan, deadline, deterministic, say, phase)
+    if method != requested:
+        solver_info["auto_choice"] = method
+    optimized = validate(problem, schedule, memory_budget=sys.maxsize)  # lowering needs no second check
     fallback = solver_info.get("fallback")
     if optimized.makespan >= baseline.makespan and (budget is None or baseline.peak_memory <= budget):
         if schedule.order != original.order or schedule.streams:
@@ -135,7 +146,8 @@ def optimize(
 
     from solvercast.lower import lower
 
-    out_gm = lower(gm, problem, schedule)
+    say(f"lowering {solver_info['method']}'s schedule")
+    out_gm = lower(gm, problem, schedule, check=False)
     phase("lower")
     phases["total"] = time.perf_counter() - start_all
     report = Report.build(problem, baseline, optimized, bounds, budget, schedule, solver_info, phases, time_limit)
@@ -145,8 +157,6 @@ def optimize(
 
 def _optimize_budgets(gm, budgets, time_limit: float, **options) -> OptimizeResult:
     """`optimize` under each budget (`solvercast.pareto`): the first budget's result, with the frontier."""
-    import dataclasses
-
     from solvercast.pareto import pareto
 
     frontier = pareto(gm, budgets, time_limit, **options)
@@ -156,40 +166,45 @@ def _optimize_budgets(gm, budgets, time_limit: float, **options) -> OptimizeResu
     return first
 
 
-def _solve(problem: Problem, method: str, time_left: float, deterministic: bool, say, phase) -> tuple[Schedule, dict]:
-    """The chosen method's schedule (always within budget) and what happened."""
+def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deterministic: bool, say,
+           phase) -> tuple[Schedule, dict]:
+    """The chosen method's schedule (always within budget) and what happened. The heuristics run under
+    the plan's work budget; the solver gets the plan's deterministic time, capped by the wall clock
+    left before ``deadline`` (less the predicted lowering)."""
     from solvercast.heuristics import best_heuristic
+    from solvercast.heuristics.work import WorkBudget, work_budget
 
-    info: dict = {"method": method}
+    info: dict = {"method": method, "time_plan": dataclasses.asdict(plan)}
     budget = problem.machine.memory_budget
     entry = BY_NAME[method]
+    work = WorkBudget(limit=plan.heuristic_work)
+    info["heuristics_cut"] = work.cut
     if entry.kind in (Kind.ORIGINAL, Kind.HEURISTIC):
-        schedule = entry.run(problem, memory_budget=budget)
+        with work_budget(work):
+            schedule = entry.run(problem, memory_budget=budget)
         if entry.kind == Kind.HEURISTIC:
             phase("heuristics")
-        return _within_budget(problem, schedule, budget), {**info, "method": method}
+        return _within_budget(problem, schedule, budget), info
 
     say("running heuristics")
-    started = time.perf_counter()
-    try:
-        hint = best_heuristic(problem, memory_budget=budget)
-        hint_error = None
-    except InfeasibleBudgetError as e:
-        hint, hint_error = None, e
+    with work_budget(work):
+        try:
+            hint = best_heuristic(problem, memory_budget=budget)
+            hint_error = None
+        except InfeasibleBudgetError as e:
+            hint, hint_error = None, e
     phase("heuristics")
     if hint is not None:
-        say(f"best heuristic: {hint.method}, makespan {simulate(problem, hint).makespan / 1e3:.1f} us")
+        say(f"best heuristic: {hint.method}, makespan {simulate(problem, hint).makespan / 1e3:.1f} us"
+            + (f" (cut by the time limit: {', '.join(work.cut)})" if work.cut else ""))
     info["heuristic"] = hint.method if hint is not None else None
 
-    if method == "auto":
-        method = "cpsat" if problem.num_tasks <= AUTO_CPSAT_MAX_TASKS else "cpsat-windows"
-        info["auto_choice"] = method
-        entry = BY_NAME[method]
     use_solver = entry.kind == Kind.SOLVER
-    # what the heuristics took, and room for lowering and the report
-    lowering = LOWERING_SECONDS_PER_TASK[problem.machine.compute_streams > 1] * problem.num_tasks
-    time_left -= time.perf_counter() - started + 0.1 + lowering
-    if not use_solver or time_left <= 0.05:
+    wall_left = deadline - time.perf_counter() - plan.lowering_seconds
+    # deterministic: the plan's time, the same on every rank; else whatever the wall clock leaves
+    solver_time = plan.solver_seconds(work.spent) if deterministic else wall_left
+    info["time_plan"].update(heuristic_work_spent=round(work.spent), solver_seconds=round(solver_time, 3))
+    if not use_solver or solver_time < MIN_SOLVER_SECONDS or wall_left < MIN_SOLVER_SECONDS:
         if hint is None:
             raise hint_error
         if use_solver:
@@ -200,7 +215,7 @@ def _solve(problem: Problem, method: str, time_left: float, deterministic: bool,
     if hint is None and entry.needs_hint:
         raise hint_error  # reduced models keep parts of a heuristic schedule: they need one
     try:
-        res = entry.run(problem, hint, time_left, deterministic, say)
+        res = entry.run(problem, hint, solver_time, deterministic, say, deadline=deadline - plan.lowering_seconds)
     except InfeasibleBudgetError as e:
         if e.best_peak is None and hint_error is not None:  # the solver's proof: the heuristics' smallest peak
             e.best_peak = hint_error.best_peak

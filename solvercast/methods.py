@@ -10,6 +10,7 @@ heuristic's entry calls it through `_heuristic`, which imports it on first use; 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -19,7 +20,9 @@ class Kind(str, Enum):
     ORIGINAL = "original"  # the graph's own order: the baseline every report compares against
     HEURISTIC = "heuristic"  # one heuristic: run(problem, memory_budget=...) -> Schedule
     BEST = "best"  # every ORIGINAL and HEURISTIC entry (and iterative swap), the best kept (`best_heuristic`)
-    SOLVER = "solver"  # run(problem, hint, time_limit, deterministic, say) -> SolveResult, from the best heuristic
+    # run(problem, hint, time_limit, deterministic, say, deadline=None) -> SolveResult, from the best
+    # heuristic; ``deadline`` (a `time.perf_counter` reading) caps the call by the wall clock
+    SOLVER = "solver"
 
 
 @dataclass(frozen=True)
@@ -55,34 +58,36 @@ def _best(problem, memory_budget=None):
     return best_heuristic(problem, memory_budget=memory_budget)
 
 
-def _cpsat(problem, hint, time_limit, deterministic, say):
+def _cpsat(problem, hint, time_limit, deterministic, say, deadline=None):
     from solvercast.solvers.cpsat import solve_cpsat
 
     say(f"solving with CP-SAT ({time_limit:.1f} s{', deterministic' if deterministic else ''})")
     return solve_cpsat(problem, time_limit=time_limit, memory_budget=problem.machine.memory_budget, hint=hint,
-                       deterministic=deterministic, progress=say)
+                       deterministic=deterministic, progress=say, deadline=deadline)
 
 
-def _cpsat_placement(problem, hint, time_limit, deterministic, say):
+def _cpsat_placement(problem, hint, time_limit, deterministic, say, deadline=None):
     from solvercast.solvers.large import solve_placement
 
     say(f"solving with CP-SAT, compute order fixed ({time_limit:.1f} s)")
     return solve_placement(problem, hint, time_limit, problem.machine.memory_budget, deterministic=deterministic,
-                           progress=say)
+                           progress=say, deadline=deadline)
 
 
-def _cpsat_windows(problem, hint, time_limit, deterministic, say):
+def _cpsat_windows(problem, hint, time_limit, deterministic, say, deadline=None):
     from solvercast.solvers.large import solve_placement_then_windows
 
     return solve_placement_then_windows(problem, hint, time_limit, problem.machine.memory_budget,
-                                        deterministic=deterministic, progress=say)
+                                        deterministic=deterministic, progress=say, deadline=deadline)
 
 
-def _milp(problem, hint, time_limit, deterministic, say):
+def _milp(problem, hint, time_limit, deterministic, say, deadline=None):
     from solvercast.solvers.milp import solve_milp
 
-    say(f"solving with MILP ({time_limit:.1f} s)")
-    return solve_milp(problem, time_limit=time_limit, memory_budget=problem.machine.memory_budget, hint=hint)
+    # HiGHS and CBC have only a wall-clock limit
+    limit = time_limit if deadline is None else max(0.01, min(time_limit, deadline - time.perf_counter()))
+    say(f"solving with MILP ({limit:.1f} s)")
+    return solve_milp(problem, time_limit=limit, memory_budget=problem.machine.memory_budget, hint=hint)
 
 
 #: In tie-break order within a kind: of two heuristic schedules with equal makespan and peak, the earlier

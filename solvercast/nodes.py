@@ -27,6 +27,8 @@ FREE tasks yet priced as a kernel launch when the cost model is asked.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 import functools
 import operator
@@ -206,8 +208,32 @@ def _facts(target: Any) -> _OpFacts:
         return _op_facts(target)
 
 
+_CLASSIFIED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("solvercast_classified", default=None)
+
+
+@contextlib.contextmanager
+def classified_once():
+    """Inside the block every node is classified once (extraction and lowering ask several times per
+    node); the graph must not change inside it."""
+    token = _CLASSIFIED.set({})
+    try:
+        yield
+    finally:
+        _CLASSIFIED.reset(token)
+
+
 def classify(node: fx.Node) -> NodeInfo:
     """The `NodeInfo` of ``node`` (never raises for a well-formed FX node)."""
+    cache = _CLASSIFIED.get()
+    if cache is None:
+        return _classify(node)
+    info = cache.get(node)
+    if info is None:
+        info = cache[node] = _classify(node)
+    return info
+
+
+def _classify(node: fx.Node) -> NodeInfo:
     kind = _NODE_OPS.get(node.op)
     if kind is not None:
         return NodeInfo(kind)
@@ -236,6 +262,11 @@ def classify(node: fx.Node) -> NodeInfo:
     return NodeInfo(facts.kind, collective=facts.collective, group_name=None if group is None else str(group),
                     mutated_args=facts.written, writes=tuple(writes), aliases=aliases,
                     distributed=facts.distributed)
+
+
+def is_distributed(node: fx.Node) -> bool:
+    """`NodeInfo.distributed` from the op alone (cheaper than `classify`)."""
+    return node.op == "call_function" and _facts(op_target(node.target)).distributed
 
 
 def is_collective(node: fx.Node) -> bool:

@@ -43,6 +43,10 @@ class Report:
     schemaless_ops: dict = field(default_factory=dict)
     # with several budgets (`solvercast.pareto`): one row per budget, `Frontier.to_dict`
     frontier: tuple = ()
+    # what the time plan gave each phase (`solvercast.time_budget.TimePlan`), and what the heuristics'
+    # work budget cut (`heuristics.work`)
+    time_plan: dict = field(default_factory=dict)
+    heuristics_cut: list = field(default_factory=list)
 
     @classmethod
     def build(cls, problem: Problem, baseline: SimResult, optimized: SimResult, bounds: Bounds, budget: int,
@@ -60,7 +64,8 @@ class Report:
             method=info.get("method", schedule.method), heuristic=info.get("heuristic"), solver=info.get("solver"),
             solver_status=info.get("solver_status"), solver_bound=solver_bound, best_bound=best_bound,
             fallback=info.get("fallback"), solver_message=info.get("solver_message"), time_limit=time_limit,
-            phases={k: round(v, 4) for k, v in phases.items()}, schemaless_ops=dict(info.get("schemaless_ops", {})))
+            phases={k: round(v, 4) for k, v in phases.items()}, schemaless_ops=dict(info.get("schemaless_ops", {})),
+            time_plan=dict(info.get("time_plan", {})), heuristics_cut=list(info.get("heuristics_cut", [])))
 
     @property
     def speedup(self) -> float:
@@ -111,6 +116,9 @@ class Report:
         if self.schemaless_ops:
             lines.append("  costed by bytes  " + ", ".join(f"{k} x{v}" for k, v in self.schemaless_ops.items())
                          + " (no op schema, FLOPs unknown: trace with make_fx or torch.export for aten ops)")
+        if self.heuristics_cut:
+            lines.append("  time cut         " + ", ".join(self.heuristics_cut)
+                         + " (the heuristics' share of the time limit did not pay for them)")
         lines.append("  time             " + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items())
                      + f" (limit {self.time_limit:g} s)")
         if self.frontier:

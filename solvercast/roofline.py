@@ -205,6 +205,55 @@ def _compute_dtype(node: torch.fx.Node) -> Optional[torch.dtype]:
     return infos[0][1] if infos else None
 
 
+#: prices already computed, by `_signature` and profile: a model repeats its layers, and pricing one node
+#: (its FLOP formula runs on concrete tensors) costs about 0.1 ms, most of extraction's time otherwise
+_PRICES: dict[tuple, float] = {}
+_PRICES_MAX = 200_000
+
+
+# (node, its args, its value, key): occupancy is asked right after the time of the same node; a node
+# changed in between has new args or value objects
+_last_signature: list = [None, None, None, None]
+
+
+def _signature(node: torch.fx.Node) -> tuple | None:
+    """What the roofline of ``node`` depends on: its op, the (shape, dtype) of each distinct input and
+    output, its other arguments, and which input each argument is (x * x reads one tensor, x * y two).
+    None when an argument cannot be keyed."""
+    last = _last_signature
+    if last[0] is node and last[1] is node.args and last[2] is node_val(node):
+        return last[3]
+    key = _compute_signature(node)
+    last[:] = [node, node.args, node_val(node), key]
+    return key
+
+
+def _compute_signature(node: torch.fx.Node) -> tuple | None:
+    inputs = input_nodes(node)
+    index = {n: i for i, n in enumerate(inputs)}
+    args = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: ("input", index[n]))
+    try:
+        key = (node.op, node.target, repr(args), tuple(tuple(tensor_infos(node_val(a))) for a in inputs),
+               tuple(tensor_infos(node_val(node))))
+        hash(key)
+    except Exception:  # an argument whose repr or hash fails: price it every time
+        return None
+    return key
+
+
+def _memoized(kind: str, node: torch.fx.Node, profile: DeviceProfile, price: Callable[[], float]) -> float:
+    key = _signature(node)
+    if key is None:
+        return price()
+    key = (kind, profile, key)
+    value = _PRICES.get(key)
+    if value is None:
+        if len(_PRICES) >= _PRICES_MAX:
+            _PRICES.clear()
+        value = _PRICES[key] = price()
+    return value
+
+
 def compute_time(node: torch.fx.Node, profile: Union[str, DeviceProfile]) -> float:
     """Roofline time of a compute node in seconds::
 
@@ -217,6 +266,10 @@ def compute_time(node: torch.fx.Node, profile: Union[str, DeviceProfile]) -> flo
     profile = get_profile(profile)
     if costs_nothing(classify(node)):
         return 0.0
+    return _memoized("time", node, profile, lambda: _compute_time(node, profile))
+
+
+def _compute_time(node: torch.fx.Node, profile: DeviceProfile) -> float:
     flops = node_flops(node)
     if _is_matmul_class(node.target):
         peak = profile.matmul_peak(_compute_dtype(node))
@@ -271,6 +324,10 @@ def occupancy(node: torch.fx.Node, profile: Union[str, DeviceProfile]) -> float:
         return COLLECTIVE_OCCUPANCY
     if info.kind is NodeKind.WAIT or costs_nothing(info):
         return MIN_OCCUPANCY
+    return _memoized("occupancy", node, profile, lambda: _occupancy(node, profile))
+
+
+def _occupancy(node: torch.fx.Node, profile: DeviceProfile) -> float:
     out_infos = tensor_infos(node_val(node))
     if _is_matmul_class(node.target) and out_infos:
         shape = out_infos[0][0]

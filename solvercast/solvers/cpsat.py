@@ -93,6 +93,7 @@ def solve_cpsat(
     window: tuple[int, int] | None = None,
     left_shift: bool = False,
     repair_hint: bool = False,
+    deadline: float | None = None,
 ) -> SolveResult:
     """Solve ``problem`` with CP-SAT, warm-started from ``hint``.
 
@@ -109,6 +110,9 @@ def solve_cpsat(
     ``left_shift``: keep the hint's makespan as a cap and minimize it, then
     the sum of start times; a schedule with the same makespan and earlier
     starts then counts as an improvement.
+    ``deadline``: a `time.perf_counter` reading by which the call must
+    return (`optimize`'s whole-call limit), a wall-clock cap that leaves the
+    deterministic limit as it is.
 
     Returns the better of the solver's schedule and the hint, judged by
     `simulate`; the status says which. Raises `InfeasibleBudgetError` when the
@@ -164,9 +168,11 @@ def solve_cpsat(
     else:
         params.num_workers = workers
     # The deterministic limit, which gives the same answer on every rank, normally ends the search
-    # (DETERMINISTIC_UNITS_PER_SECOND); the wall clock caps the whole call at time_limit: what building
-    # the model took is left out of the solver's share.
+    # (DETERMINISTIC_UNITS_PER_SECOND); the wall clock caps the whole call at time_limit, or at the
+    # caller's deadline: what building the model took is left out of the solver's share.
     wall_cap = max(0.01, time_limit - (time.perf_counter() - t0))
+    if deadline is not None:
+        wall_cap = max(0.01, min(wall_cap, deadline - time.perf_counter()))
     params.max_time_in_seconds = wall_cap
     # repair_hint helped at ~1k tasks in the prototype, but OR-Tools 9.15 sometimes aborts the whole
     # process with it ("Check failed: heuristics.fixed_search != nullptr", seen with and without

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 from solvercast.simulate import SimResult, simulate
-from solvercast.solvers.cpsat import solve_cpsat
+from solvercast.solvers.cpsat import DETERMINISTIC_UNITS_PER_SECOND, solve_cpsat
 from solvercast.solvers.result import SolveResult, SolveStatus
 
 
@@ -42,18 +42,24 @@ def solve_placement(problem: Problem, hint: Schedule, time_limit: float, memory_
 
 def solve_placement_then_windows(problem: Problem, hint: Schedule, time_limit: float,
                                  memory_budget: int | None = None, *, deterministic: bool = True,
-                                 progress: Callable[[str], None] | None = None) -> SolveResult:
+                                 progress: Callable[[str], None] | None = None,
+                                 deadline: float | None = None) -> SolveResult:
     """A quarter of the time on the placement model, the rest on windowed
     search from its result. Returns the better of the two (the hint, with
-    HINT_KEPT and both reasons, if neither improved)."""
+    HINT_KEPT and both reasons, if neither improved). With ``deterministic``
+    time, so every rank searches the same windows; ``deadline`` (a
+    `time.perf_counter` reading) caps the call (``stats["stopped_by_wall_clock"]``
+    says when it ended it)."""
     say = progress or (lambda msg: None)
+    deadline = time.perf_counter() + time_limit if deadline is None else deadline
     say(f"solving with CP-SAT, compute order fixed ({time_limit / 4:.1f} s)")
     placed = solve_placement(problem, hint, time_limit / 4, memory_budget, deterministic=deterministic,
-                             progress=progress)
+                             progress=progress, deadline=deadline)
     start = placed.schedule if placed.schedule is not None else hint
-    say(f"windowed search ({time_limit - placed.wall_time:.1f} s)")
-    windows = solve_windows(problem, start, time_limit - placed.wall_time, memory_budget,
-                            deterministic=deterministic, progress=progress)
+    spent = _seconds_spent(placed, deterministic)
+    say(f"windowed search ({time_limit - spent:.1f} s)")
+    windows = solve_windows(problem, start, time_limit - spent, memory_budget, deterministic=deterministic,
+                            progress=progress, deadline=deadline)
     if windows.status != SolveStatus.HINT_KEPT:
         return windows
     if placed.status != SolveStatus.HINT_KEPT and placed.schedule is not None:
@@ -61,6 +67,18 @@ def solve_placement_then_windows(problem: Problem, hint: Schedule, time_limit: f
     return SolveResult(hint, SolveStatus.HINT_KEPT, windows.simulated, None, None,
                        placed.wall_time + windows.wall_time, "",
                        f"placement: {placed.message or placed.status.value}; {windows.message}", windows.stats)
+
+
+#: planned seconds per window for building its model and checking its answer (not deterministic time)
+WINDOW_OVERHEAD_SECONDS = 0.2
+
+
+def _seconds_spent(res: SolveResult, deterministic: bool) -> float:
+    """What a solve used of its time: its deterministic time in planned seconds (the same on every rank),
+    or its wall time."""
+    if deterministic and "deterministic_time" in res.stats:
+        return res.stats["deterministic_time"] / DETERMINISTIC_UNITS_PER_SECOND
+    return res.wall_time
 
 
 def idle_points(problem: Problem, schedule: Schedule, sim: SimResult) -> list[tuple[int, int]]:
@@ -92,7 +110,8 @@ def window_starts(problem: Problem, schedule: Schedule, sim: SimResult, size: in
 
 def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_budget: int | None = None, *,
                   window: int = 200, per_window: float = 4.0, deterministic: bool = True,
-                  progress: Callable[[str], None] | None = None) -> SolveResult:
+                  progress: Callable[[str], None] | None = None,
+                  deadline: float | None = None) -> SolveResult:
     """Large-neighbourhood search over windows of ``window`` tasks until ``time_limit``.
 
     Returns the best schedule found (the hint if nothing improved, with
@@ -104,16 +123,23 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
     hint_sim = best_sim
     tried = improved = 0
     queue = window_starts(problem, best, best_sim, window)
-    overhead = 0.0  # model building and checking around each solve, measured on the last window
+    # time left, counted in planned seconds: the windows' deterministic time plus a fixed overhead each
+    # (with ``deterministic``, so every rank tries the same windows), else in wall time
+    left = time_limit - (0.0 if deterministic else time.perf_counter() - started)
+    deadline = started + time_limit if deadline is None else min(deadline, started + time_limit)
+    stopped_by_wall = False
     while queue:
-        left = time_limit - (time.perf_counter() - started) - overhead
-        if left < 0.5:
+        if left - WINDOW_OVERHEAD_SECONDS < 0.5:
+            break
+        if deadline - time.perf_counter() < 0.5:
+            stopped_by_wall = deterministic
             break
         lo = queue.pop(0)
-        window_started = time.perf_counter()
-        res = solve_cpsat(problem, time_limit=min(per_window, left), memory_budget=memory_budget, hint=best,
-                          window=(lo, lo + window), left_shift=True, deterministic=deterministic)
-        overhead = max(0.0, time.perf_counter() - window_started - res.stats.get("solver_wall_time", 0.0))
+        res = solve_cpsat(problem, time_limit=min(per_window, left - WINDOW_OVERHEAD_SECONDS),
+                          memory_budget=memory_budget, hint=best, window=(lo, lo + window), left_shift=True,
+                          deterministic=deterministic, deadline=deadline)
+        stopped_by_wall |= bool(res.stats.get("stopped_by_wall_clock"))
+        left -= _seconds_spent(res, deterministic) + WINDOW_OVERHEAD_SECONDS
         tried += 1
         if res.status != SolveStatus.HINT_KEPT:  # lower makespan, or the same with earlier starts
             best, best_sim = res.schedule, res.simulated
@@ -121,7 +147,8 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
             say(f"  window at {lo}: makespan {best_sim.makespan / 1e3:.1f} us, starts {sum(best_sim.start)}")
             queue = window_starts(problem, best, best_sim, window)  # the idle points moved
     wall = time.perf_counter() - started
-    stats = {"windows_tried": tried, "windows_improved": improved, "window": window}
+    stats = {"windows_tried": tried, "windows_improved": improved, "window": window,
+             "stopped_by_wall_clock": stopped_by_wall}
     if best_sim.makespan >= hint_sim.makespan:  # earlier starts alone are no gain to the caller
         return SolveResult(hint, SolveStatus.HINT_KEPT, hint_sim, None, None, wall, "",
                            f"windowed search: no window of {window} tasks lowered the makespan "

@@ -1,0 +1,66 @@
+"""How `optimize` shares its ``time_limit`` among its phases, decided before any of them runs.
+
+The plan depends only on the time limit, the task count, the compute-stream count and whether a solver
+follows the heuristics, never on a clock: every rank of a job gets the same plan, so the same work
+budget for the heuristics (`solvercast.heuristics.work`) and the same deterministic limit for the solver,
+hence the same schedule. The wall clock only caps the solver (where it ends the search, the report says
+so) and never decides anything else.
+
+Fixed costs (extraction with the baseline's simulation and bounds, lowering) are predicted per task
+from measurements on the reference machine (2 cores; experiments/results/time_limit.md), and what is
+left is shared: the heuristics may spend `HEURISTIC_SHARE` of it when a solver follows (all of it
+otherwise), as a work budget; the solver gets the rest of it, less what the heuristics spent by the
+work count (`solver_seconds`), which is as deterministic as the plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: seconds per task of extraction, the baseline's simulation and the bounds (measured at 10,000 tasks)
+EXTRACT_SECONDS_PER_TASK = 1.2e-4
+#: seconds per task of lowering and the report: one compute stream; several (cross-stream edges get
+#: anchor ops and events)
+LOWERING_SECONDS_PER_TASK = (1.0e-4, 5e-4)
+#: seconds every call costs whatever its size (imports on first use, the report)
+FIXED_SECONDS = 0.05
+#: share of the time left after the fixed costs that the heuristics may spend when a solver follows
+HEURISTIC_SHARE = 0.4
+#: reference microseconds of heuristic work (`heuristics.work.PASS_COST_US`) bought by one second: the
+#: reference costs were measured on a loaded machine, so one second pays for about one million
+WORK_PER_SECOND = 1.0e6
+#: below this many seconds a solver is not started (model building alone takes longer)
+MIN_SOLVER_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class TimePlan:
+    time_limit: float
+    fixed_seconds: float  # predicted extraction + lowering + report
+    lowering_seconds: float  # the part of it after the solver: lowering and the report
+    heuristic_seconds: float  # the heuristics' share, as a work budget: `heuristic_work`
+    left_seconds: float  # the time after the fixed costs, for heuristics and solver
+    solver_follows: bool
+
+    @property
+    def heuristic_work(self) -> float:
+        """Reference microseconds of heuristic work (`heuristics.work.WorkBudget.limit`)."""
+        return self.heuristic_seconds * WORK_PER_SECOND
+
+    def solver_seconds(self, heuristic_work_spent: float) -> float:
+        """The solver's deterministic limit once the heuristics have spent ``heuristic_work_spent``
+        (reference microseconds); 0: no solver."""
+        if not self.solver_follows:
+            return 0.0
+        seconds = self.left_seconds - heuristic_work_spent / WORK_PER_SECOND
+        return seconds if seconds >= MIN_SOLVER_SECONDS else 0.0
+
+
+def plan_time(time_limit: float, num_tasks: int, compute_streams: int, solver_follows: bool) -> TimePlan:
+    """Share ``time_limit`` among the phases of one `optimize` call (see the module doc)."""
+    lowering = FIXED_SECONDS + num_tasks * LOWERING_SECONDS_PER_TASK[compute_streams > 1]
+    fixed = lowering + num_tasks * EXTRACT_SECONDS_PER_TASK
+    left = max(0.0, time_limit - fixed)
+    return TimePlan(time_limit=time_limit, fixed_seconds=fixed, lowering_seconds=lowering,
+                    heuristic_seconds=left * HEURISTIC_SHARE if solver_follows else left, left_seconds=left,
+                    solver_follows=solver_follows)

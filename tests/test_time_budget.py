@@ -1,0 +1,112 @@
+"""The time limit as a plan (issue 17): the heuristics' deterministic work budget, the plan's arithmetic,
+and `optimize`'s accounting. Nothing here is timed: each test checks counted work or the plan."""
+
+import pytest
+
+from solvercast import Schedule, optimize, simulate
+from solvercast.heuristics import best_heuristic, run_heuristics
+from solvercast.heuristics.best import PORTFOLIO
+from solvercast.heuristics.work import WorkBudget, pass_cost, work_budget
+from solvercast.models import build
+from solvercast.testing import random_problem
+from solvercast.time_budget import MIN_SOLVER_SECONDS, plan_time
+
+
+@pytest.fixture(scope="module")
+def problem():
+    return random_problem(3, 300)
+
+
+def test_unlimited_budget_changes_nothing(problem):
+    meter = WorkBudget(limit=None)
+    with work_budget(meter):
+        inside = run_heuristics(problem)
+    outside = run_heuristics(problem)
+    assert {k: (s.order, s.streams) for k, (s, _) in inside.items()} == \
+           {k: (s.order, s.streams) for k, (s, _) in outside.items()}
+    assert meter.cut == [] and meter.spent > 0
+
+
+def test_no_budget_judges_only_the_original_order(problem):
+    meter = WorkBudget(limit=0)
+    with work_budget(meter):
+        results = run_heuristics(problem)
+    assert list(results) == ["original"]
+    assert set(PORTFOLIO[1]) <= set(meter.cut)
+    with work_budget(WorkBudget(limit=0)):
+        assert best_heuristic(problem).order == Schedule.original(problem).order
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.3, 0.6])
+def test_heuristics_stop_at_their_budget(problem, fraction):
+    """Without a memory budget every heuristic is one pass plus its judging simulation, and each runs only
+    when the budget pays for both: the work counted never exceeds the limit, and every heuristic either
+    ran or is named as cut."""
+    full = WorkBudget(limit=None)
+    with work_budget(full):
+        run_heuristics(problem)
+    limit = fraction * full.spent
+    meter = WorkBudget(limit=limit)
+    with work_budget(meter):
+        results = run_heuristics(problem)
+    assert 0 < meter.spent <= limit
+    assert meter.cut, "a budget below the full portfolio's cost must cut something"
+    ran = {name for name in PORTFOLIO[1] if name in results}
+    assert ran.isdisjoint(meter.cut) and ran | set(meter.cut) >= set(PORTFOLIO[1])
+    assert PORTFOLIO[1][0] in ran or fraction < 0.2
+    again = WorkBudget(limit=limit)
+    with work_budget(again):
+        results_again = run_heuristics(problem)
+    assert again.spent == meter.spent and again.cut == meter.cut
+    assert {k: s.order for k, (s, _) in results.items()} == {k: s.order for k, (s, _) in results_again.items()}
+
+
+def test_nondelay_stops_its_passes_under_a_memory_budget(problem):
+    from solvercast.heuristics import nondelay_schedule
+
+    budget = simulate(problem, Schedule.original(problem)).peak_memory
+    full = WorkBudget(limit=None)
+    with work_budget(full):
+        nondelay_schedule(problem, memory_budget=budget)
+    passes = full.spent / pass_cost(problem, "nondelay_pass")
+    assert passes > 2, "the test needs a graph where nondelay makes several passes"
+    meter = WorkBudget(limit=pass_cost(problem, "nondelay_pass", 1.5))
+    with work_budget(meter):
+        schedule = nondelay_schedule(problem, memory_budget=budget)
+    assert any(c.startswith("nondelay") for c in meter.cut)
+    assert meter.spent < full.spent
+    assert simulate(problem, schedule).peak_memory <= budget
+
+
+@pytest.mark.parametrize("limit,tasks,streams,solver", [(10, 300, 1, True), (1, 10000, 1, True), (10, 10000, 2, True),
+                                                        (5, 1000, 1, False), (0.001, 10, 1, True)])
+def test_plan_shares_what_the_fixed_costs_leave(limit, tasks, streams, solver):
+    plan = plan_time(limit, tasks, streams, solver)
+    assert plan.fixed_seconds > plan.lowering_seconds > 0
+    assert plan.left_seconds == pytest.approx(max(0.0, limit - plan.fixed_seconds))
+    assert 0 <= plan.heuristic_seconds <= plan.left_seconds
+    solver_time = plan.solver_seconds(0.0)
+    if not solver:
+        assert plan.heuristic_seconds == plan.left_seconds and solver_time == 0
+    else:
+        assert solver_time == 0 or MIN_SOLVER_SECONDS <= solver_time <= plan.left_seconds
+        # whatever the heuristics spend comes out of the solver's time
+        spent = plan.heuristic_work
+        assert plan.solver_seconds(spent) <= max(0.0, solver_time - plan.heuristic_seconds) + 1e-9
+
+
+def test_optimize_under_a_tiny_limit_returns_the_original_order_within_budget():
+    gm = build("synthetic", tasks=300, seed=1)
+    res = optimize(gm, time_limit=0.001)
+    r = res.report
+    assert r.time_plan["left_seconds"] == 0
+    assert set(PORTFOLIO[1]) <= set(r.heuristics_cut)
+    assert r.solver is None and r.method == "original"
+    assert r.optimized_peak_memory <= r.memory_budget
+
+
+def test_optimize_plan_is_the_same_on_every_run():
+    gm = build("fsdp_layers", layers=2)
+    a = optimize(gm, time_limit=3, method="heuristic").report
+    b = optimize(gm, time_limit=3, method="heuristic").report
+    assert a.time_plan == b.time_plan and a.heuristics_cut == b.heuristics_cut
