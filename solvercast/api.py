@@ -143,6 +143,8 @@ def optimize(
         solver_info["method"] = "original"
     solver_info["fallback"] = fallback
     solver_info["schemaless_ops"] = schemaless_ops(gm.graph)
+    if hasattr(cost_model, "coverage"):  # measured costs say how many ops fell back to the model
+        solver_info["costs"] = cost_model.coverage(gm)
 
     from solvercast.lower import lower
 

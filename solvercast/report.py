@@ -47,6 +47,9 @@ class Report:
     # work budget cut (`heuristics.work`)
     time_plan: dict = field(default_factory=dict)
     heuristics_cut: list = field(default_factory=list)
+    # where costs came from, when measured (`solvercast.calibrate`, `solvercast.profiled`): how many ops
+    # the measurements covered and how many fell back to the analytic model
+    costs: str | None = None
 
     @classmethod
     def build(cls, problem: Problem, baseline: SimResult, optimized: SimResult, bounds: Bounds, budget: int,
@@ -65,7 +68,8 @@ class Report:
             solver_status=info.get("solver_status"), solver_bound=solver_bound, best_bound=best_bound,
             fallback=info.get("fallback"), solver_message=info.get("solver_message"), time_limit=time_limit,
             phases={k: round(v, 4) for k, v in phases.items()}, schemaless_ops=dict(info.get("schemaless_ops", {})),
-            time_plan=dict(info.get("time_plan", {})), heuristics_cut=list(info.get("heuristics_cut", [])))
+            time_plan=dict(info.get("time_plan", {})), heuristics_cut=list(info.get("heuristics_cut", [])),
+            costs=info.get("costs"))
 
     @property
     def speedup(self) -> float:
@@ -116,6 +120,8 @@ class Report:
         if self.schemaless_ops:
             lines.append("  costed by bytes  " + ", ".join(f"{k} x{v}" for k, v in self.schemaless_ops.items())
                          + " (no op schema, FLOPs unknown: trace with make_fx or torch.export for aten ops)")
+        if self.costs:
+            lines.append(f"  costs            {self.costs}")
         if self.heuristics_cut:
             lines.append("  time cut         " + ", ".join(self.heuristics_cut)
                          + " (the heuristics' share of the time limit did not pay for them)")

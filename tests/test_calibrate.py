@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from solvercast.api import optimize
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.profiler import ProfilerActivity, profile
@@ -239,6 +241,8 @@ def test_profile_counts_what_falls_back(zoo_graph, tmp_path):
     base = AnalyticCostModel(H100)
     coll = next(n for n in gm.graph.nodes if n.name == collectives[0])
     assert model.duration(coll) == base.duration(coll)
+    report = optimize(gm, time_limit=2, method="heuristic", cost_model=model).report
+    assert report.costs == model.coverage(gm) and f"costs            {report.costs}" in str(report)
 
 
 def test_read_trace_rejects_other_files(tmp_path):
