@@ -102,9 +102,10 @@ def optimize(
     clock = time.perf_counter()
     deadline = clock + time_limit
 
-    def say(msg: str) -> None:  # every progress line says how much of the limit is left
-        if progress is not None:
-            progress(f"{msg} [{max(0.0, deadline - time.perf_counter()):.1f} s of {time_limit:g} s left]")
+    def tell(msg: str) -> None:  # every progress line says how much of the limit is left
+        progress(f"{msg} [{max(0.0, deadline - time.perf_counter()):.1f} s of {time_limit:g} s left]")
+
+    say = _quiet if progress is None else tell
 
     phases: dict[str, float] = {}
 
@@ -168,6 +169,10 @@ def _optimize_budgets(gm, budgets, time_limit: float, **options) -> OptimizeResu
     return first
 
 
+def _quiet(msg: str) -> None:
+    """`optimize`'s progress when nobody listens."""
+
+
 def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deterministic: bool, say,
            phase) -> tuple[Schedule, dict]:
     """The chosen method's schedule (always within budget) and what happened. The heuristics run under
@@ -196,7 +201,7 @@ def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deter
         except InfeasibleBudgetError as e:
             hint, hint_error = None, e
     phase("heuristics")
-    if hint is not None:
+    if hint is not None and say is not _quiet:  # its simulation only for the progress line
         say(f"best heuristic: {hint.method}, makespan {simulate(problem, hint).makespan / 1e3:.1f} us"
             + (f" (cut by the time limit: {', '.join(work.cut)})" if work.cut else ""))
     info["heuristic"] = hint.method if hint is not None else None
