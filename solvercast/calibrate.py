@@ -271,7 +271,7 @@ class MeasuredCostModel:
     def coverage(self, gm: fx.GraphModule) -> str:
         """One line: how many of ``gm``'s priced nodes the measurements covered and how many fell back."""
         priced = [n for n in gm.graph.nodes if _is_priced(n)]
-        missing = set(self.fallbacks(gm))
+        missing = {n.name for n in priced if self.measured_seconds(n) is None}
         comm = [n.name for n in priced if classify(n).kind is NodeKind.COLLECTIVE]
         comm_measured = sum(1 for name in comm if name not in missing)
         return (f"measured costs ({self.source}): {len(priced) - len(missing)} of {len(priced)} priced ops "
@@ -548,9 +548,9 @@ def calibrate(
             timed = time_calls(capture.captured, dev, warmup, repeats, mode, clock, after_round, hot)  # graph order
         del capture
     table = {**cache, **timed}
-    if agree:
-        table = agree_on_table(table, group)
-    if timed or table != cache:
+    if agree:  # this graph's ops only: the cache may hold every op this device ever timed
+        table.update(agree_on_table({k: table[k] for k in set(wanted.values())}, group))
+    if table != cache:
         _save_cache(path, dev, table)
     ops = {k[: len(k) - len(suffix)] if suffix else k: table[k] for k in set(wanted.values())}
     return MeasuredCostModel(base=base, seconds=ops, collectives=collectives,

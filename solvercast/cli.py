@@ -58,8 +58,6 @@ def _load_exported(path: str):
         raise ValueError(f"cannot read {path!r}: no such file")
     try:
         program = torch.export.load(path)
-    except FileNotFoundError:
-        raise ValueError(f"cannot read {path!r}: no such file") from None
     except Exception as e:
         raise ValueError(f"cannot read {path!r} as a torch.export program: {type(e).__name__}: {e}") from None
     return program.graph_module

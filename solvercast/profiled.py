@@ -175,9 +175,9 @@ def read_trace(path_or_data: Any, group_size: Optional[int] = None) -> TraceCost
             kind = _KINDS.get(str(args.get("Collective name", "")).lower())
             p = int(args.get("Group size") or group_size or 0)
             size = _ITEMSIZE.get(str(args.get("dtype", "")), 4)
-            nbytes = max(int(args.get("In msg nelems", 0)), int(args.get("Out msg nelems", 0))) * size
-            if kind == "reduce_scatter":
-                nbytes = int(args.get("In msg nelems", 0)) * size
+            elements = (int(args.get("In msg nelems", 0)) if kind == "reduce_scatter"
+                        else max(int(args.get("In msg nelems", 0)), int(args.get("Out msg nelems", 0))))
+            nbytes = elements * size
             seconds = _kernel_time(kernels, [args.get("External id")]) if kernels else None
         elif name.startswith("gloo:"):
             kind = _KINDS.get(name[len("gloo:"):])

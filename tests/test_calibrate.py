@@ -148,7 +148,7 @@ def test_calibrate_with_local_collectives_times_the_stand_ins(zoo_graph, tmp_pat
     plain = calibrate(gm, "cpu", cache_dir=str(tmp_path), warmup=0, repeats=1)
     collectives = [n.name for n in gm.graph.nodes if classify(n).kind is NodeKind.COLLECTIVE]
     assert collectives and plain.fallbacks(gm) == collectives
-    assert "2 fell back" in plain.coverage(gm) or f"{len(collectives)} fell back" in plain.coverage(gm)
+    assert f"{len(collectives)} fell back" in plain.coverage(gm)
 
 
 # ---- the measured model ---------------------------------------------------------------------------
