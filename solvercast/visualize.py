@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from solvercast.collectives import REGISTRY as COLLECTIVE_KINDS
 from solvercast.problem import Problem, Role
 from solvercast.engine import memory_over_time
 from solvercast.simulate import SimResult
@@ -75,15 +76,17 @@ _COLORS = {Role.COMPUTE: "#4c72b0", Role.COMM: "#dd8452", Role.WAIT: "#c44e52"}
 _LABEL_CHARS_WIDTH = 0.0075  # share of the time axis one label character takes at the figure's width
 
 
-_SHORT_COLLECTIVES = {"all_reduce": "AR", "all_reduce_": "AR", "all_gather_into_tensor": "AG",
-                      "reduce_scatter_tensor": "RS", "all_to_all_single": "A2A", "broadcast": "BC"}
+_KIND_LABELS = {"all_reduce": "AR", "all_gather": "AG", "reduce_scatter": "RS", "all_to_all": "A2A", "broadcast": "BC"}
+#: every op name of every collective kind (functional, coalesced, legacy c10d) -> its kind's short label
+_SHORT_COLLECTIVES = {op: _KIND_LABELS[kind.name] for kind in COLLECTIVE_KINDS
+                      for op in kind.ops + tuple(legacy[0] for legacy in kind.legacy)}
 
 
 def _short_op(op: str) -> str:
     """A bar's label: ``aten.mm.default`` -> ``mm``; collectives abbreviated (``AG``, ``RS``, ``AR``)."""
     parts = [p for p in op.split(".") if p not in ("default", "Tensor", "Scalar", "int")]
     name = parts[-1] if parts else op
-    return _SHORT_COLLECTIVES.get(name.replace("_coalesced", ""), name)
+    return _SHORT_COLLECTIVES.get(name, name)
 
 
 def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult],
