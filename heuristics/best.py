@@ -67,7 +67,8 @@ def run_heuristics(problem: Problem, memory_budget: int | float | None = None) -
         judge(name, by_name[name].run(problem, memory_budget=budget))
     portfolio = PORTFOLIO[min(problem.machine.compute_streams, 2)]
     for name in portfolio + tuple(m for m in _BASES if m not in portfolio):
-        if not affords(problem, _FIRST_PASS.get(name, "list_pass")) or not affords(problem, "simulate", 2):
+        # its first pass, its own check of the result and our judging simulation, paid for together
+        if not affords(problem, _FIRST_PASS[name], simulate=2):
             note_cut(name)
             continue
         judge(name, by_name[name].run(problem, memory_budget=budget))
@@ -80,7 +81,7 @@ def run_heuristics(problem: Problem, memory_budget: int | float | None = None) -
                                         METHOD_ORDER.index(m)))
     # the best bases first: under a work budget they are the ones polished
     for base in sorted(ranked[:_SWAPPED_BASES], key=METHOD_ORDER.index) + list(_ORIGINAL):
-        if not affords(problem, "swap") or not affords(problem, "simulate", 2):
+        if not affords(problem, "swap", simulate=2):
             note_cut(base + "+swap")
             continue
         judge(base + "+swap", iterative_swap(problem, renamed(out[base][0], base), budget))

@@ -360,7 +360,7 @@ def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None
         over = True
         for _ in range(1 + NONDELAY_RETRIES):
             # a work budget (`heuristics.work`) may stop the passes early; the first one always runs
-            if ran and not affords(problem, "nondelay_pass"):
+            if ran and not affords(problem, "nondelay_pass", simulate=1):  # the pass and its simulation
                 stopped = True
                 break
             ran += 1

@@ -49,8 +49,9 @@ class WorkBudget:
     spent: float = 0.0
     cut: list[str] = field(default_factory=list)
 
-    def affords(self, problem: Problem, kind: str, passes: float = 1.0) -> bool:
-        return self.limit is None or self.spent + pass_cost(problem, kind, passes) <= self.limit
+    def affords(self, problem: Problem, kind: str, passes: float = 1.0, **more: float) -> bool:
+        cost = pass_cost(problem, kind, passes) + sum(pass_cost(problem, k, n) for k, n in more.items())
+        return self.limit is None or self.spent + cost <= self.limit
 
 
 _CURRENT: contextvars.ContextVar[WorkBudget | None] = contextvars.ContextVar("solvercast_work_budget", default=None)
@@ -73,10 +74,11 @@ def charge(problem: Problem, kind: str, passes: float = 1.0) -> None:
         budget.spent += pass_cost(problem, kind, passes)
 
 
-def affords(problem: Problem, kind: str, passes: float = 1.0) -> bool:
-    """Whether the current budget (if any) can pay for ``passes`` more passes of ``kind``."""
+def affords(problem: Problem, kind: str, passes: float = 1.0, **more: float) -> bool:
+    """Whether the current budget (if any) can pay for ``passes`` more passes of ``kind`` and, together
+    with them, the passes in ``more`` (kind=passes, e.g. ``simulate=2``)."""
     budget = _CURRENT.get()
-    return budget is None or budget.affords(problem, kind, passes)
+    return budget is None or budget.affords(problem, kind, passes, **more)
 
 
 def note_cut(what: str) -> None:

@@ -213,8 +213,8 @@ _CLASSIFIED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("solve
 
 @contextlib.contextmanager
 def classified_once():
-    """Inside the block every node is classified once (extraction and lowering ask several times per
-    node); the graph must not change inside it."""
+    """Inside the block every node is classified once (extraction and the cost model ask several times
+    per node); the graph must not change inside it."""
     token = _CLASSIFIED.set({})
     try:
         yield

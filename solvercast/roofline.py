@@ -211,9 +211,9 @@ _PRICES: dict[tuple, float] = {}
 _PRICES_MAX = 200_000
 
 
-# (node, its args, its value, key): occupancy is asked right after the time of the same node; a node
-# changed in between has new args or value objects
-_last_signature: list = [None, None, None, None]
+# (node, its args, kwargs, value, key): occupancy is asked right after the time of the same node; a node
+# changed in between has new args, kwargs or value objects
+_last_signature: list = [None, None, None, None, None]
 
 
 def _signature(node: torch.fx.Node) -> tuple | None:
@@ -221,10 +221,10 @@ def _signature(node: torch.fx.Node) -> tuple | None:
     output, its other arguments, and which input each argument is (x * x reads one tensor, x * y two).
     None when an argument cannot be keyed."""
     last = _last_signature
-    if last[0] is node and last[1] is node.args and last[2] is node_val(node):
-        return last[3]
+    if last[0] is node and last[1] is node.args and last[2] is node.kwargs and last[3] is node_val(node):
+        return last[4]
     key = _compute_signature(node)
-    last[:] = [node, node.args, node_val(node), key]
+    last[:] = [node, node.args, node.kwargs, node_val(node), key]
     return key
 
 
