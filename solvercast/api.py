@@ -333,7 +333,9 @@ class SolvercastPass:
         new_output = copy_graph.output(out_val)
         new_output.meta = dict(old_output.meta)
         root = graph.owning_module if graph.owning_module is not None else torch.nn.Module()
-        wrapper = fx.GraphModule(root, copy_graph)
+        from solvercast.lower import graph_module  # noqa: PLC0415
+
+        wrapper = graph_module(root, copy_graph)
         result = optimize(wrapper, **options)
 
         by_name = {new.name: old for old, new in val_map.items()}

@@ -37,8 +37,8 @@ from torch.utils._pytree import tree_flatten
 from solvercast.cost import AnalyticCostModel, CostFnOverrides, CostModel
 from solvercast.device import DeviceProfile, get_profile
 from solvercast.errors import ExtractionError
-from solvercast.fxmeta import hint_int
-from solvercast.nodes import NodeKind, classified_once, classify, is_free_task, is_task
+from solvercast.fxmeta import graph_frozen, hint_int
+from solvercast.nodes import NodeKind, classify, is_free_task, is_task
 from solvercast.problem import Buffer, Machine, Problem, Role, Task
 
 
@@ -84,7 +84,7 @@ def _matches(node: fx.Node, ops: Iterable) -> bool:
     return False
 
 
-@classified_once()  # extraction asks several times per node
+@graph_frozen()  # extraction and the cost model ask several times per node
 def extract_problem(
     gm: fx.GraphModule,
     device: str | DeviceProfile = "h100",

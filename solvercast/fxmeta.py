@@ -8,15 +8,18 @@ here guards on a symbolic size: sizes are read through their hints only.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import torch
 import torch.fx
 
 __all__ = [
     "UNBACKED_SIZE_FALLBACK", "UnhintedSizeError", "hint_int", "tensor_info", "tensor_infos", "node_val",
-    "is_tensor_like", "info_bytes", "val_bytes", "input_nodes", "bound_args",
+    "is_tensor_like", "info_bytes", "val_bytes", "input_nodes", "bound_args", "graph_frozen", "once_per_node",
+    "node_infos",
 ]
 
 #: Size used for an unbacked symbolic size that has no hint (Inductor's
@@ -149,6 +152,42 @@ def tensor_infos(v: Any) -> list[tuple[tuple[int, ...], torch.dtype]]:
         if info is not None:
             out.append(info)
     return out
+
+
+_FROZEN: contextvars.ContextVar[dict | None] = contextvars.ContextVar("solvercast_graph_frozen", default=None)
+
+
+@contextlib.contextmanager
+def graph_frozen():
+    """Inside the block, facts about a node (`once_per_node`) are computed once and remembered: extraction
+    and the cost model ask several times per node. The graph and its metadata must not change inside it."""
+    token = _FROZEN.set({})
+    try:
+        yield
+    finally:
+        _FROZEN.reset(token)
+
+
+def once_per_node(fact: Callable[[torch.fx.Node], Any], node: torch.fx.Node) -> Any:
+    """``fact(node)``, remembered per (fact, node) inside `graph_frozen` (computed every time outside)."""
+    cache = _FROZEN.get()
+    if cache is None:
+        return fact(node)
+    key = (fact, node)
+    try:
+        return cache[key]
+    except KeyError:
+        value = cache[key] = fact(node)
+        return value
+
+
+def _node_infos(node: torch.fx.Node) -> tuple[tuple[tuple[int, ...], torch.dtype], ...]:
+    return tuple(tensor_infos(node_val(node)))
+
+
+def node_infos(node: torch.fx.Node) -> tuple[tuple[tuple[int, ...], torch.dtype], ...]:
+    """`tensor_infos` of the node's value, as a tuple (once per node inside `graph_frozen`)."""
+    return once_per_node(_node_infos, node)
 
 
 def info_bytes(info: tuple[tuple[int, ...], torch.dtype]) -> int:

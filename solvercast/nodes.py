@@ -27,8 +27,6 @@ FREE tasks yet priced as a kernel launch when the cost model is asked.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import enum
 import functools
 import operator
@@ -40,7 +38,7 @@ import torch.fx as fx
 
 from solvercast import ops
 from solvercast.collectives import FENCE_OPS, LEGACY_OPS, CollectiveKind, kind_of_op, legacy_process_group, wait_op
-from solvercast.fxmeta import bound_args, op_target
+from solvercast.fxmeta import bound_args, once_per_node, op_target
 
 __all__ = [
     "NodeKind", "NodeInfo", "classify", "op_target", "schemaless_ops", "is_collective", "is_wait", "is_task", "costs_nothing", "is_free_task",
@@ -208,29 +206,10 @@ def _facts(target: Any) -> _OpFacts:
         return _op_facts(target)
 
 
-_CLASSIFIED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("solvercast_classified", default=None)
-
-
-@contextlib.contextmanager
-def classified_once():
-    """Inside the block every node is classified once (extraction and the cost model ask several times
-    per node); the graph must not change inside it."""
-    token = _CLASSIFIED.set({})
-    try:
-        yield
-    finally:
-        _CLASSIFIED.reset(token)
-
-
 def classify(node: fx.Node) -> NodeInfo:
-    """The `NodeInfo` of ``node`` (never raises for a well-formed FX node)."""
-    cache = _CLASSIFIED.get()
-    if cache is None:
-        return _classify(node)
-    info = cache.get(node)
-    if info is None:
-        info = cache[node] = _classify(node)
-    return info
+    """The `NodeInfo` of ``node`` (never raises for a well-formed FX node); once per node inside
+    `solvercast.fxmeta.graph_frozen`."""
+    return once_per_node(_classify, node)
 
 
 def _classify(node: fx.Node) -> NodeInfo:

@@ -59,12 +59,13 @@ from solvercast.device import DeviceProfile, get_profile
 from solvercast.fxmeta import (
     UNBACKED_SIZE_FALLBACK,
     hint_int,
+    info_bytes,
     input_nodes,
     is_tensor_like,
+    node_infos,
     node_val,
+    once_per_node,
     tensor_info,
-    tensor_infos,
-    val_bytes,
 )
 from solvercast.nodes import NodeKind, classify, costs_nothing
 
@@ -192,17 +193,15 @@ def _hashable(x: Any) -> bool:
 def node_bytes(node: torch.fx.Node) -> int:
     """Bytes moved by ``node``: every distinct tensor input read once plus
     every output written (numel x itemsize, hinted sizes)."""
-    read = sum(val_bytes(node_val(a)) for a in input_nodes(node))
-    return read + val_bytes(node_val(node))
+    return sum(info_bytes(i) for a in (*input_nodes(node), node) for i in node_infos(a))
 
 
 def _compute_dtype(node: torch.fx.Node) -> Optional[torch.dtype]:
-    for a in input_nodes(node):
-        infos = tensor_infos(node_val(a))
+    for a in (*input_nodes(node), node):
+        infos = node_infos(a)
         if infos:
             return infos[0][1]
-    infos = tensor_infos(node_val(node))
-    return infos[0][1] if infos else None
+    return None
 
 
 #: prices already computed, by `_signature` and profile: a model repeats its layers, and pricing one node
@@ -211,21 +210,11 @@ _PRICES: dict[tuple, float] = {}
 _PRICES_MAX = 200_000
 
 
-# (node, its args, kwargs, value, key): occupancy is asked right after the time of the same node; a node
-# changed in between has new args, kwargs or value objects
-_last_signature: list = [None, None, None, None, None]
-
-
 def _signature(node: torch.fx.Node) -> tuple | None:
     """What the roofline of ``node`` depends on: its op, the (shape, dtype) of each distinct input and
     output, its other arguments, and which input each argument is (x * x reads one tensor, x * y two).
-    None when an argument cannot be keyed."""
-    last = _last_signature
-    if last[0] is node and last[1] is node.args and last[2] is node.kwargs and last[3] is node_val(node):
-        return last[4]
-    key = _compute_signature(node)
-    last[:] = [node, node.args, node.kwargs, node_val(node), key]
-    return key
+    None when an argument cannot be keyed. Once per node inside `graph_frozen` (time, then occupancy)."""
+    return once_per_node(_compute_signature, node)
 
 
 def _compute_signature(node: torch.fx.Node) -> tuple | None:
@@ -233,8 +222,7 @@ def _compute_signature(node: torch.fx.Node) -> tuple | None:
     index = {n: i for i, n in enumerate(inputs)}
     args = torch.fx.node.map_arg((node.args, node.kwargs), lambda n: ("input", index[n]))
     try:
-        key = (node.op, node.target, repr(args), tuple(tuple(tensor_infos(node_val(a))) for a in inputs),
-               tuple(tensor_infos(node_val(node))))
+        key = (node.op, node.target, repr(args), tuple(node_infos(a) for a in inputs), node_infos(node))
         hash(key)
     except Exception:  # an argument whose repr or hash fails: price it every time
         return None
@@ -328,7 +316,7 @@ def occupancy(node: torch.fx.Node, profile: Union[str, DeviceProfile]) -> float:
 
 
 def _occupancy(node: torch.fx.Node, profile: DeviceProfile) -> float:
-    out_infos = tensor_infos(node_val(node))
+    out_infos = node_infos(node)
     if _is_matmul_class(node.target) and out_infos:
         shape = out_infos[0][0]
         numel = math.prod(shape)
@@ -343,7 +331,7 @@ def _occupancy(node: torch.fx.Node, profile: DeviceProfile) -> float:
         tiles = math.ceil(rows / MATMUL_TILE) * math.ceil(cols / MATMUL_TILE)
         occ = tiles / profile.num_sms
     else:
-        infos = out_infos + [i for a in input_nodes(node) for i in tensor_infos(node_val(a))]
+        infos = out_infos + tuple(i for a in input_nodes(node) for i in node_infos(a))
         elems = max((math.prod(s) for s, _ in infos), default=0)
         occ = elems / (profile.num_sms * profile.threads_per_sm * ELEMENTWISE_ILP)
     return float(min(1.0, max(MIN_OCCUPANCY, occ)))
