@@ -14,6 +14,7 @@ from solvercast.bounds import lower_bounds
 from solvercast.budget import resolve_budget
 from solvercast.errors import InfeasibleBudgetError, SolvercastError
 from solvercast.extract import extract_problem
+from solvercast.gc_paused import gc_paused
 from solvercast.nodes import schemaless_ops
 from solvercast.methods import BY_NAME, Kind, names
 from solvercast.problem import Problem
@@ -61,6 +62,7 @@ def _check_arguments(method: str, time_limit: float) -> None:
         raise ValueError(f"time_limit must be > 0 seconds, got {time_limit!r}")
 
 
+@gc_paused()  # the call allocates an object or more per node: collections would walk the graph again and again
 def optimize(
     gm: fx.GraphModule,
     time_limit: float = 10.0,

@@ -38,6 +38,7 @@ from solvercast.cost import AnalyticCostModel, CostFnOverrides, CostModel
 from solvercast.device import DeviceProfile, get_profile
 from solvercast.errors import ExtractionError
 from solvercast.fxmeta import graph_frozen, hint_int
+from solvercast.gc_paused import gc_paused
 from solvercast.nodes import NodeKind, classify, is_free_task, is_task
 from solvercast.problem import Buffer, Machine, Problem, Role, Task
 
@@ -85,6 +86,7 @@ def _matches(node: fx.Node, ops: Iterable) -> bool:
 
 
 @graph_frozen()  # extraction and the cost model ask several times per node
+@gc_paused()
 def extract_problem(
     gm: fx.GraphModule,
     device: str | DeviceProfile = "h100",
