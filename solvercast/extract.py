@@ -44,6 +44,8 @@ from solvercast.problem import Buffer, Machine, Problem, Role, Task
 
 
 def _tensors(val) -> list[torch.Tensor]:
+    if isinstance(val, torch.Tensor):  # most values: no pytree walk
+        return [val]
     return [v for v in tree_flatten(val)[0] if isinstance(v, torch.Tensor)]
 
 
@@ -123,9 +125,10 @@ def extract_problem(
     comm_ops = tuple(comm_ops or ())
     freeable = set(freeable_inputs)
     nodes = list(gm.graph.nodes)
+    inputs_of = {node: node.all_input_nodes for node in nodes}  # torch builds a new list on every call
     seen: set[fx.Node] = set()
     for node in nodes:
-        for inp in node.all_input_nodes:
+        for inp in inputs_of[node]:
             if inp not in seen:
                 raise ExtractionError(
                     f"node {node.name!r} reads {inp.name!r}, which comes later in the graph: the graph is not a DAG "
@@ -253,10 +256,13 @@ def extract_problem(
             known_storages.update(storages_of[node])
 
     tasks: list[Task] = []
+    op_names: dict = {}  # target -> its name (an op's str() is Python code: once per op, not per node)
     extra_edges: list[tuple[int, int]] = []
     allocates: dict[fx.Node, list[tuple[int, str]]] = {}
     for node in task_nodes:
-        op_name = str(node.target)
+        op_name = op_names.get(node.target)
+        if op_name is None:
+            op_name = op_names[node.target] = str(node.target)
         is_wait = info[node].kind is NodeKind.WAIT
         if is_wait:
             coll = collective_behind(node.args[0])
@@ -282,7 +288,7 @@ def extract_problem(
         elif _matches(node, comm_ops):
             role = Role.COMM
         elif is_free_task(info[node], allocates=bool(fresh), holds_storage=bool(storages_of[node]),
-                          reads_nodes=bool(node.all_input_nodes)):
+                          reads_nodes=bool(inputs_of[node])):
             role = Role.FREE
         else:
             role = Role.COMPUTE
@@ -304,7 +310,7 @@ def extract_problem(
         group = group_index.get(info[node].group_name, 0) if info[node].kind is NodeKind.COLLECTIVE else 0
         tasks.append(Task(name=node.name, role=role, duration=duration, occupancy=min(1.0, max(occupancy, 1e-6)),
                           waits_for=task_id[collective_behind(node.args[0])] if role == Role.WAIT else None,
-                          op=op_name, movable=any(storages_of.get(i) for i in node.all_input_nodes),
+                          op=op_name, movable=any(storages_of.get(i) for i in inputs_of[node]),
                           group=group if role == Role.COMM else 0))
 
     # ---- buffers -------------------------------------------------------------------------
@@ -329,7 +335,7 @@ def extract_problem(
     last_writer: dict[tuple[int, str], tuple[int, int]] = {}  # storage -> (writing task, task its write ends at)
     for node in task_nodes:
         t = task_id[node]
-        for inp in node.all_input_nodes:
+        for inp in inputs_of[node]:
             if inp in task_id:
                 edges.add((task_id[inp], t))
             for k in storages_of.get(inp, ()):
@@ -372,7 +378,7 @@ def extract_problem(
     output_storages: set[tuple[int, str]] = set()
     for node in nodes:
         if node.op == "output":
-            for inp in node.all_input_nodes:
+            for inp in inputs_of[node]:
                 output_storages.update(canon(k) for k in storages_of.get(inp, ()))
 
     buffers = []
