@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
 import time
@@ -125,19 +126,21 @@ def optimize(
     baseline = simulate(problem, original)
     budget = resolve_budget(memory_budget, lambda: baseline.peak_memory, default=baseline.peak_memory)
     problem = problem.with_budget(budget)
-    bounds = lower_bounds(problem)
-    phase("extract")
-    say(f"extracted {problem.num_tasks} tasks; baseline makespan {baseline.makespan / 1e3:.1f} us, "
-        f"peak {baseline.peak_memory} B, budget {'none' if budget is None else f'{budget} B'}")
-
     if method == "auto":
         method = "cpsat" if problem.num_tasks <= AUTO_CPSAT_MAX_TASKS else "cpsat-windows"
     plan = plan_time(time_limit, problem.num_tasks, problem.machine.compute_streams,
                      solver_follows=BY_NAME[method].kind == Kind.SOLVER)
+    # the structural bounds only inform the report: left out when the fixed costs take the whole limit
+    bounds = lower_bounds(problem, structural=plan.left_seconds > 0)
+    phase("extract")
+    say(f"extracted {problem.num_tasks} tasks; baseline makespan {baseline.makespan / 1e3:.1f} us, "
+        f"peak {baseline.peak_memory} B, budget {'none' if budget is None else f'{budget} B'}")
+
     schedule, solver_info = _solve(problem, method, plan, deadline, deterministic, say, phase)
     if method != requested:
         solver_info["auto_choice"] = method
-    optimized = validate(problem, schedule, memory_budget=sys.maxsize)  # lowering needs no second check
+    kept = schedule.order == original.order and not schedule.streams
+    optimized = baseline if kept else validate(problem, schedule, memory_budget=sys.maxsize)  # lowering: no check
     fallback = solver_info.get("fallback")
     if optimized.makespan >= baseline.makespan and (budget is None or baseline.peak_memory <= budget):
         if schedule.order != original.order or schedule.streams:
@@ -149,10 +152,14 @@ def optimize(
     if hasattr(cost_model, "coverage"):  # measured costs say how many ops fell back to the model
         solver_info["costs"] = cost_model.coverage(gm)
 
-    from solvercast.lower import lower
+    from solvercast.lower import graph_module, lower
 
-    say(f"lowering {solver_info['method']}'s schedule")
-    out_gm = lower(gm, problem, schedule, check=False)
+    kept = schedule.order == original.order and not schedule.streams
+    if kept:  # the input is the program: a copy (lowering would only reorder it to itself)
+        out_gm = graph_module(gm, copy.deepcopy(gm.graph))
+    else:
+        say(f"lowering {solver_info['method']}'s schedule")
+        out_gm = lower(gm, problem, schedule, check=False)
     phase("lower")
     phases["total"] = time.perf_counter() - start_all
     report = Report.build(problem, baseline, optimized, bounds, budget, schedule, solver_info, phases, time_limit)

@@ -20,13 +20,13 @@ class Bounds:
     memory: int  # bytes that must coexist at some program step in any order
     # compute (and comm) work sequenced with heads and tails: the critical path and the work bounds
     # together, see `sequencing_bound`
-    sequencing: int = 0
+    sequencing: int | None = 0  # None (and windows None): not computed, `lower_bounds(structural=False)`
     # the GPU's idle time between collectives of the fixed order on one comm stream, see `window_bound`
-    windows: int = 0
+    windows: int | None = 0
 
     @property
     def makespan(self) -> int:
-        return max(self.critical_path, self.compute, self.comm, self.sequencing, self.windows)
+        return max(self.critical_path, self.compute, self.comm, self.sequencing or 0, self.windows or 0)
 
     def to_dict(self) -> dict:
         return {"critical_path": self.critical_path, "compute": self.compute, "comm": self.comm,
@@ -73,8 +73,10 @@ def latest_starts(problem: Problem, horizon: int) -> list[int]:
     return lst
 
 
-def lower_bounds(problem: Problem) -> Bounds:
-    """Bounds that hold for every valid schedule of ``problem``."""
+def lower_bounds(problem: Problem, structural: bool = True) -> Bounds:
+    """Bounds that hold for every valid schedule of ``problem``. ``structural=False`` leaves out the
+    sequencing and window bounds (None): they cost seconds at tens of thousands of tasks, and `optimize`
+    skips them when its time plan has nothing left after the fixed costs."""
     machine = problem.machine
     est = earliest_starts(problem)
     critical = max((est[t] + task.duration for t, task in enumerate(problem.tasks)), default=0)
@@ -100,7 +102,8 @@ def lower_bounds(problem: Problem) -> Bounds:
             outputs += buf.size
     memory = resident + max([outputs] + touched)
     return Bounds(critical_path=critical, compute=compute, comm=comm, memory=memory,
-                  sequencing=sequencing_bound(problem), windows=window_bound(problem))
+                  sequencing=sequencing_bound(problem) if structural else None,
+                  windows=window_bound(problem) if structural else None)
 
 
 def _compute_work(problem: Problem) -> list[int]:

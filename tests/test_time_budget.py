@@ -7,6 +7,8 @@ from solvercast import Schedule, optimize, simulate
 from solvercast.heuristics import best_heuristic, run_heuristics
 from solvercast.heuristics.best import PORTFOLIO
 from solvercast.heuristics.work import WorkBudget, pass_cost, work_budget
+from solvercast.bounds import lower_bounds
+from solvercast.lower import lower
 from solvercast.models import build
 from solvercast.testing import random_problem
 from solvercast.time_budget import MIN_SOLVER_SECONDS, plan_time
@@ -103,6 +105,21 @@ def test_optimize_under_a_tiny_limit_returns_the_original_order_within_budget():
     assert set(PORTFOLIO[1]) <= set(r.heuristics_cut)
     assert r.solver is None and r.method == "original"
     assert r.optimized_peak_memory <= r.memory_budget
+    # nothing left after the fixed costs: the costly structural bounds are left out, and the report says so
+    assert r.bounds["sequencing"] is None and r.bounds["windows"] is None
+    assert "sequencing -" in str(r)
+    full = lower_bounds(res.problem)
+    assert r.bounds["makespan"] == max(full.critical_path, full.compute, full.comm) <= full.makespan
+    # the original order is returned as a copy of the input, not lowered: same code, a new module
+    assert res.gm is not gm and res.gm.graph is not gm.graph and res.gm.code == gm.code
+
+
+def test_lowering_a_kept_original_order_equals_the_copy():
+    """The copy `optimize` returns for a kept original order is what lowering that order would build."""
+    gm = build("tp_block", layers=1)
+    res = optimize(gm, time_limit=0.001)
+    assert res.report.method == "original"
+    assert lower(gm, res.problem, Schedule.original(res.problem)).code == res.gm.code
 
 
 def test_optimize_plan_is_the_same_on_every_run():
