@@ -38,7 +38,7 @@ import torch.fx as fx
 
 from solvercast import ops
 from solvercast.collectives import FENCE_OPS, LEGACY_OPS, CollectiveKind, kind_of_op, legacy_process_group, wait_op
-from solvercast.fxmeta import bound_args, once_per_node, op_target
+from solvercast.fxmeta import bound_args, hint_int, is_tensor_like, node_val, once_per_node, op_target
 
 __all__ = [
     "NodeKind", "NodeInfo", "classify", "op_target", "schemaless_ops", "is_collective", "is_wait", "is_task", "costs_nothing", "is_free_task",
@@ -104,6 +104,14 @@ METADATA_OPS = frozenset({_aten.sym_size.int, _aten.sym_numel.default, _aten.sym
 # Views whose schema does not declare the alias (still no kernel).
 _UNDECLARED_VIEWS = frozenset(
     getattr(_aten, n).default for n in ("_unsafe_view", "_reshape_alias") if hasattr(_aten, n)
+)
+
+# Ops whose schema declares an alias of their input but which copy when the input's strides allow no
+# view (reshape of a permuted tensor, contiguous of a transposed one): `_copies_its_input` asks the values.
+_MAYBE_COPIES = frozenset(
+    getattr(getattr(_aten, n), o) for n, o in (("reshape", "default"), ("flatten", "using_ints"),
+                                                ("reshape_as", "default"), ("contiguous", "default"))
+    if hasattr(_aten, n) and hasattr(getattr(_aten, n), o)
 )
 
 _WITH_EFFECTS = getattr(getattr(torch.ops, "higher_order", None), "with_effects", None)
@@ -223,6 +231,8 @@ def _classify(node: fx.Node) -> NodeInfo:
     if facts.kind is NodeKind.GETITEM:
         container = node.args[0] if node.args and isinstance(node.args[0], fx.Node) else None
         return NodeInfo(facts.kind, aliases=(container,), distributed=facts.distributed)
+    if target in _MAYBE_COPIES and _copies_its_input(node, target):
+        return NodeInfo(NodeKind.COMPUTE)  # a copy: a kernel, and a fresh storage (no alias)
     if not facts.written and not facts.return_aliases and facts.kind is not NodeKind.COLLECTIVE:
         return NodeInfo(facts.kind, distributed=facts.distributed)
     bound = bound_args(node, target)
@@ -241,6 +251,30 @@ def _classify(node: fx.Node) -> NodeInfo:
     return NodeInfo(facts.kind, collective=facts.collective, group_name=None if group is None else str(group),
                     mutated_args=facts.written, writes=tuple(writes), aliases=aliases,
                     distributed=facts.distributed)
+
+
+def _copies_its_input(node: fx.Node, target: Any) -> bool:
+    """Whether a reshape-like node copies: ``reshape`` (``flatten``, ``reshape_as``) returns a view when
+    ``view`` can give the new shape on the input's strides, else a contiguous copy; ``contiguous`` copies
+    unless the input already is. Decided on the input's (hinted) geometry, so it holds for fake and real
+    traces alike; a node without tensor values stays a view."""
+    x = node_val(node.args[0]) if node.args and isinstance(node.args[0], fx.Node) else None
+    y = node_val(node)
+    if not (is_tensor_like(x) and is_tensor_like(y)) or not hasattr(x, "stride"):
+        return False
+    try:
+        shape = [hint_int(d, 1) for d in x.shape]
+        strides = [hint_int(d, 1) for d in x.stride()]
+        meta = torch.empty_strided(shape, strides, dtype=x.dtype, device="meta")
+        if target is _aten.contiguous.default:
+            fmt = node.kwargs.get("memory_format", torch.contiguous_format)
+            return not meta.is_contiguous(memory_format=fmt)
+        meta.view([hint_int(d, 1) for d in y.shape])
+    except RuntimeError:  # view() refuses: reshape copies
+        return True
+    except Exception:  # geometry that cannot be read: keep the schema's answer
+        return False
+    return False
 
 
 def is_distributed(node: fx.Node) -> bool:

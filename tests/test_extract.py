@@ -189,3 +189,46 @@ def test_ops_returning_none_or_scalars_from_data():
     assert roles[foreach] == Role.COMPUTE
     scalar = next(n for n in roles if "item" in n or "local_scalar" in n)
     assert roles[scalar] == Role.COMPUTE
+
+
+def reshape_graph():
+    """reshape/contiguous of a permuted tensor (copies) and of a contiguous one (a view), fake-propagated."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    aten = torch.ops.aten
+    g = fx.Graph()
+    x = g.placeholder("x")
+    p = g.call_function(aten.permute.default, (x, [1, 0]))
+    copied = g.call_function(aten.reshape.default, (p, [-1]))
+    viewed = g.call_function(aten.reshape.default, (x, [-1]))
+    flat = g.call_function(aten.flatten.using_ints, (p,))
+    made = g.call_function(aten.contiguous.default, (p,))
+    kept = g.call_function(aten.contiguous.default, (x,))
+    s = g.call_function(aten.add.Tensor, (copied, viewed))
+    t = g.call_function(aten.add.Tensor, (flat, aten_sum := g.call_function(aten.sum.default, (made,))))
+    g.output((s, t, g.call_function(aten.sum.default, (kept,)), aten_sum))
+    gm = fx.GraphModule(torch.nn.Module(), g)
+    mode = FakeTensorMode()
+    FakeTensorProp(gm, mode).propagate(mode.from_tensor(torch.randn(64, 32)))
+    return gm
+
+
+def test_a_reshape_that_copies_is_a_task_that_allocates():
+    """The schema of reshape/flatten/contiguous declares an alias, but they copy when the input's strides
+    allow no view. Judged by the fake tensors themselves (a copy has its own storage) and by PyTorch's
+    memory estimator; a reshape-like node was always a free view before."""
+    gm = reshape_graph()
+    p = extract_problem(gm)
+    role = {t.name: t.role for t in p.tasks}
+    buffers = {b.name: b.size for b in p.buffers}
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in (torch.ops.aten.reshape.default,
+                                                          torch.ops.aten.flatten.using_ints,
+                                                          torch.ops.aten.contiguous.default):
+            val, src = node.meta["val"], node.args[0].meta["val"]
+            copies = val.untyped_storage()._cdata != src.untyped_storage()._cdata
+            assert (role[node.name] == Role.COMPUTE) == copies, node.name
+            assert (buffers.get(node.name) == val.numel() * val.element_size()) == copies, node.name
+    assert sum(r == Role.COMPUTE for r in role.values()) == 3 + 4  # the three copies, two adds, two sums
+    assert simulate(p, Schedule.original(p)).peak_memory == estimator_peak(gm)
