@@ -41,7 +41,7 @@ def upward_ranks(problem: Problem) -> list[int]:
     n = problem.num_tasks
     sync = problem.machine.sync_overhead
     tasks = problem.tasks
-    allowed = [tuple(problem.allowed_streams(t)) for t in range(n)]
+    allowed = problem.stream_choices
     chain = comm_chain(problem)
     rank = [0] * n
     for t in range(n - 1, -1, -1):
@@ -159,8 +159,8 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
     tasks = problem.tasks
     wait_of = problem.wait_of
     mem = ready.memory
-    allowed = [tuple(problem.allowed_streams(t)) for t in range(n)]
-    default = [problem.default_stream(t) for t in range(n)]
+    allowed = problem.stream_choices
+    default = problem.default_streams
     streams: dict[int, int] = {}
     over = False
     # position of every task in the base order (else the original one) and the first unissued position

@@ -89,19 +89,14 @@ class StepMemory:
     would free now (buffers whose only unissued holder is ``t``)."""
 
     def __init__(self, problem: Problem):
-        n = problem.num_tasks
-        self.alloc = list(problem.allocated_bytes)
-        self.pot_free = [0] * n
-        self.touches: list[list[int]] = [[] for _ in range(n)]
-        self.remaining: list[set[int]] = []
-        self.size: list[int] = []
-        for k, (size, holders) in enumerate(problem.releasable):
-            self.size.append(size)
-            self.remaining.append(set(holders))
-            for h in holders:
-                self.touches[h].append(k)
-            if len(holders) == 1:
-                self.pot_free[next(iter(holders))] += size
+        # counts, not sets of holders: a pass of a list heuristic builds one of these (9 per nondelay call)
+        touches, counts, sums, alone = problem.release_counts
+        self.alloc = problem.allocated_bytes
+        self.touches = touches
+        self.size = [size for size, _ in problem.releasable]
+        self.left = list(counts)  # holders not issued yet, per buffer
+        self.left_sum = list(sums)  # the sum of their ids: the last one's id once one is left
+        self.pot_free = list(alone)
         self.cur = self.peak = problem.initial_resident_bytes
 
     def issue(self, t: int) -> list[int]:
@@ -111,11 +106,12 @@ class StepMemory:
             self.peak = during
         self.cur = during - self.pot_free[t]
         grew = []
+        left, left_sum = self.left, self.left_sum
         for k in self.touches[t]:
-            rem = self.remaining[k]
-            rem.discard(t)
-            if len(rem) == 1:
-                u = next(iter(rem))
+            left[k] -= 1
+            left_sum[k] -= t
+            if left[k] == 1:
+                u = left_sum[k]
                 self.pot_free[u] += self.size[k]
                 grew.append(u)
         return grew
@@ -347,7 +343,7 @@ class Timeline:
         self.share_gpu = machine.compute_streams > 1
         self.start = [0] * n
         self.end = [0] * n
-        self.stream = [problem.default_stream(t) for t in range(n)]
+        self.stream = list(problem.default_streams)
         self.stream_free = [0] * machine.num_streams
         self.launch: dict[int, int] = {}  # asynchronous collective -> its launch point on the default stream
         self.active: list[tuple[int, int, float]] = []

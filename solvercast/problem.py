@@ -265,6 +265,23 @@ class Problem:
         return tuple((buf.size, self.buffer_holders[b]) for b, buf in enumerate(self.buffers) if self.is_freed(b))
 
     @cached_property
+    def release_counts(self) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """`releasable` laid out for counting frees as tasks are issued (`engine.StepMemory`): per task the
+        releasable buffers it holds; per buffer its holder count and the sum of its holders' ids (when one
+        holder is left, the sum is that holder); per task the bytes only it holds at the start."""
+        touches: list[list[int]] = [[] for _ in self.tasks]
+        counts, sums = [], []
+        alone = [0] * self.num_tasks
+        for k, (size, holders) in enumerate(self.releasable):
+            counts.append(len(holders))
+            sums.append(sum(holders))
+            for h in holders:
+                touches[h].append(k)
+            if len(holders) == 1:
+                alone[next(iter(holders))] += size
+        return tuple(map(tuple, touches)), tuple(counts), tuple(sums), tuple(alone)
+
+    @cached_property
     def lifetime_buffers(self) -> tuple[int, ...]:
         """Buffers whose residency depends on the schedule: every non-empty buffer
         but graph inputs that stay resident and freeable inputs nobody reads."""
@@ -301,6 +318,16 @@ class Problem:
     def default_stream(self, t: int) -> int:
         """The stream a task runs on in the original graph."""
         return self.comm_stream(t) if self.is_async_comm(t) else 0
+
+    @cached_property
+    def default_streams(self) -> tuple[int, ...]:
+        """`default_stream` of every task."""
+        return tuple(self.default_stream(t) for t in range(self.num_tasks))
+
+    @cached_property
+    def stream_choices(self) -> tuple[tuple[int, ...], ...]:
+        """`allowed_streams` of every task, as tuples."""
+        return tuple(tuple(self.allowed_streams(t)) for t in range(self.num_tasks))
 
     # ---- variants ---------------------------------------------------------------------
     def with_budget(self, memory_budget: int | None) -> "Problem":
