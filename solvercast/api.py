@@ -334,8 +334,8 @@ class SolvercastPass:
 
         options = dict(self.options)
         if options.get("compute_streams", 1) != 1 and not _on_cuda(graph):
-            warnings.warn("SolvercastPass on an fx.Graph (torch.compile) schedules several compute streams only "
-                          "for CUDA graphs (Inductor's multi-stream code needs a device guard); compute_streams "
+            warnings.warn("SolvercastPass on the fx.Graph (torch.compile) of a non-CUDA graph schedules a single "
+                          "compute stream (Inductor opens side streams inside a CUDA device guard); compute_streams "
                           "is set to 1", stacklevel=3)
             options["compute_streams"] = 1
         # Optimize a copy: wrapping `graph` itself in a GraphModule would steal it from Inductor's module.
