@@ -19,8 +19,9 @@ every order lowered the same way (`solvercast.lower.lower`), then run by `solver
 each collective on its process group's comm channel for its modelled duration, launched and waited
 where the lowered graph puts them (CUDA: side stream + calibrated spin kernel, CUDA-event timing; CPU:
 a worker thread per group that sleeps out the duration, ``perf_counter`` timing), median of
-``--iters`` steps (>= 20) after 3 warm-up steps, taken in ``--rounds`` interleaved rounds over the
-orders (on shared cores the load drifts; each order then sees the same drift). Predicted: `simulate`'s makespan and peak for the same
+``--iters`` steps (>= 20) after 3 warm-up steps, the steps of the orders interleaved
+(`solvercast.measure.measure_side_by_side`: on shared cores the load drifts; each order then sees the
+same drift). Predicted: `simulate`'s makespan and peak for the same
 problem and schedule. Speedups are against the original order, predicted and measured side by side.
 
 Costs (``--cost``): ``calibrate`` (default) times every compute op on the device at hand with
@@ -53,7 +54,7 @@ from solvercast import Schedule, optimize, simulate  # noqa: E402
 from solvercast.cost import AnalyticCostModel  # noqa: E402
 from solvercast.device import H100  # noqa: E402
 from solvercast.lower import lower  # noqa: E402
-from solvercast.measure import measure  # noqa: E402
+from solvercast.measure import collective_durations, measure_side_by_side  # noqa: E402
 from solvercast.models import build  # noqa: E402
 from solvercast.testing import random_inputs  # noqa: E402
 
@@ -116,7 +117,7 @@ def cost_model_for(gm, device: str, cost: str, cpu_link_gbps: float):
     else:
         from solvercast.calibrate import calibrate
 
-        model = calibrate(gm, device, base=base, clock="thread" if device == "cpu" else "wall")
+        model = calibrate(gm, device, base=base)  # wall clock: the measured steps are wall time too
     return OneThread(model) if device == "cpu" else model
 
 
@@ -142,8 +143,7 @@ def main() -> None:
     ap.add_argument("--cost", choices=("calibrate", "analytic"), default="calibrate")
     ap.add_argument("--cpu-link-gbps", type=float, default=1.0)
     ap.add_argument("--time-limit", type=float, default=5.0)
-    ap.add_argument("--iters", type=int, default=24, help="timed steps per order, over all rounds")
-    ap.add_argument("--rounds", type=int, default=4, help="interleaved measuring rounds over the orders")
+    ap.add_argument("--iters", type=int, default=30, help="timed steps per order (interleaved over the orders)")
     ap.add_argument("--models", default=None, help="comma-separated subset")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -168,15 +168,11 @@ def main() -> None:
         cost_model = cost_model_for(gm, args.device, args.cost, args.cpu_link_gbps)
         rows, _ = schedules(gm, cost_model, args.time_limit)
         modules = [lower(gm, problem, schedule) for _, problem, schedule in rows]
-        # interleaved rounds: load on shared cores drifts, and each order then sees the same drift
-        steps = [[] for _ in rows]
-        peaks = [None] * len(rows)
-        for r in range(args.rounds):
-            for i, ((label, problem, _), module) in enumerate(zip(rows, modules)):
-                m = measure(module, inputs, problem=problem, iters=max(1, args.iters // args.rounds),
-                            warmup=3 if r == 0 else 1, peak=r == 0)
-                steps[i].extend(m.steps_ns)
-                peaks[i] = m.peak_bytes if r == 0 else peaks[i]
+        # steps interleaved over the orders: load drifting on shared cores reaches every order alike
+        measured = measure_side_by_side(modules, inputs, [collective_durations(m, problem=p)
+                                                          for m, (_, p, _) in zip(modules, rows)], iters=args.iters)
+        steps = [m.steps_ns for m in measured]
+        peaks = [m.peak_bytes for m in measured]
         base_pred = base_meas = None
         for (label, problem, schedule), module, times, peak in zip(rows, modules, steps, peaks):
             sim = simulate(problem, schedule)

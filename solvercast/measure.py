@@ -23,7 +23,8 @@ really overlap it); the wait joins the job. On CPU the compute streams of a lowe
 overlap each other (the anchor ops are no-ops there and one thread runs every op), so only comm
 hiding is measured.
 
-`measure(gm, args)` returns a `Measurement`: the median step time of ``iters`` timed steps after
+`measure(gm, args)` returns a `Measurement` (`measure_side_by_side` measures several modules with their
+steps interleaved): the median step time of ``iters`` timed steps after
 ``warmup`` (CUDA events on CUDA, ``time.perf_counter`` on CPU) and the peak bytes one step allocates
 above its inputs (``torch.cuda.max_memory_allocated`` on CUDA; on CPU the largest total size of the
 storages the step's ops created that were alive at once, tracked through a dispatch mode in a
@@ -50,7 +51,7 @@ from solvercast.errors import SolvercastError
 from solvercast.nodes import is_distributed
 
 __all__ = ["Measurement", "MeasureError", "asynchronous_collectives", "collective_durations", "measure",
-           "run_asynchronously"]
+           "measure_side_by_side", "run_asynchronously"]
 
 _C10D = torch.ops._c10d_functional
 
@@ -410,57 +411,74 @@ def measure(gm: fx.GraphModule, args: Sequence, *, problem=None, durations: Mapp
     update parameters in place), cloned outside the timed region. Raises `MeasureError` (see
     `asynchronous_collectives`) and ``ValueError`` for ``iters < 1``.
     """
-    if iters < 1:
-        raise ValueError(f"iters must be >= 1, got {iters}")
     if durations is None:
         durations = collective_durations(gm, problem=problem, device=device, cost_model=cost_model)
-    dev, channels = _channels_for(args)
-    cuda = dev.type == "cuda"
-    run_gm, runtime = asynchronous_collectives(gm, durations, channels)
+    return measure_side_by_side([gm], args, [durations], iters=iters, warmup=warmup, peak=peak)[0]
 
-    def step(inputs):
+
+def measure_side_by_side(modules: Sequence[fx.GraphModule], args: Sequence, durations: Sequence[Mapping[str, int]],
+                         *, iters: int = 20, warmup: int = 3, peak: bool = True) -> list[Measurement]:
+    """`measure` for several modules of one program (e.g. one graph in several orders), their timed
+    steps interleaved (one step of each in turn, ``iters`` rounds), so that load drifting on shared
+    cores or clocks changing reach every module alike. ``durations[i]`` belongs to ``modules[i]``."""
+    if iters < 1:
+        raise ValueError(f"iters must be >= 1, got {iters}")
+    if len(durations) != len(modules):
+        raise ValueError("one durations mapping per module")
+    dev, _ = _channels_for(args)
+    cuda = dev.type == "cuda"
+    runs = []
+    for gm, d in zip(modules, durations):
+        channels = _CudaChannels(dev) if cuda else _CpuChannels()
+        runs.append((channels, *asynchronous_collectives(gm, d, channels)))
+
+    def step(run_gm, runtime, inputs):
         with torch.no_grad():
             out = run_gm(*inputs)
         runtime.drain()
         return out
 
+    peaks: list[int | None] = [None] * len(runs)
+    times: list[list[int]] = [[] for _ in runs]
     try:
-        for _ in range(warmup):
-            step(_fresh(args))
-        peak_bytes = None
-        if peak:
-            inputs = _fresh(args)
-            if cuda:
-                torch.cuda.synchronize(dev)
-                torch.cuda.reset_peak_memory_stats(dev)
-                base = torch.cuda.memory_allocated(dev)
-                out = step(inputs)
-                torch.cuda.synchronize(dev)
-                peak_bytes = torch.cuda.max_memory_allocated(dev) - base
-            else:
-                tracker = _LiveBytes(inputs)
-                with tracker:
-                    out = step(inputs)
-                peak_bytes = tracker.peak
-            del out, inputs
-        runtime.launched = 0
-        times = []
+        for i, (_, run_gm, runtime) in enumerate(runs):
+            for _ in range(warmup):
+                step(run_gm, runtime, _fresh(args))
+            if peak:
+                inputs = _fresh(args)
+                if cuda:
+                    torch.cuda.synchronize(dev)
+                    torch.cuda.reset_peak_memory_stats(dev)
+                    base = torch.cuda.memory_allocated(dev)
+                    out = step(run_gm, runtime, inputs)
+                    torch.cuda.synchronize(dev)
+                    peaks[i] = torch.cuda.max_memory_allocated(dev) - base
+                else:
+                    tracker = _LiveBytes(inputs)
+                    with tracker:
+                        out = step(run_gm, runtime, inputs)
+                    peaks[i] = tracker.peak
+                del out, inputs
+            runtime.launched = 0
         for _ in range(iters):
-            inputs = _fresh(args)
-            if cuda:
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                torch.cuda.synchronize(dev)
-                a.record()
-                step(inputs)
-                b.record()
-                b.synchronize()
-                times.append(int(a.elapsed_time(b) * 1e6))
-            else:
-                start = time.perf_counter_ns()
-                step(inputs)
-                times.append(time.perf_counter_ns() - start)
-            del inputs
+            for i, (_, run_gm, runtime) in enumerate(runs):
+                inputs = _fresh(args)
+                if cuda:
+                    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    torch.cuda.synchronize(dev)
+                    a.record()
+                    step(run_gm, runtime, inputs)
+                    b.record()
+                    b.synchronize()
+                    times[i].append(int(a.elapsed_time(b) * 1e6))
+                else:
+                    start = time.perf_counter_ns()
+                    step(run_gm, runtime, inputs)
+                    times[i].append(time.perf_counter_ns() - start)
+                del inputs
     finally:
-        channels.close()
-    return Measurement(step_ns=int(statistics.median(times)), steps_ns=tuple(times), peak_bytes=peak_bytes,
-                       device=dev.type, collectives=runtime.launched // iters)
+        for channels, _, _ in runs:
+            channels.close()
+    return [Measurement(step_ns=int(statistics.median(t)), steps_ns=tuple(t), peak_bytes=p, device=dev.type,
+                        collectives=runtime.launched // iters)
+            for t, p, (_, _, runtime) in zip(times, peaks, runs)]
