@@ -157,9 +157,10 @@ def main() -> None:
     print("Command: `python experiments/gpu_overlap.py " + " ".join(sys.argv[1:]) + "`\n")
     if args.device == "cpu":
         print(f"1-minute load average at the start: {os.getloadavg()[0]:.1f} (2 cores shared with other jobs)\n")
-    print("| model | order | tasks | predicted us | measured us | predicted speedup | measured speedup | "
-          "speedup error | predicted peak MiB | measured peak MiB | anchors |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| model | order | tasks | predicted us | measured us (median, p25-p75) | predicted speedup | "
+          "measured speedup | speedup error | measured speedup of minima | predicted peak MiB | measured peak MiB | "
+          "anchors |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     mib = 2.0 ** 20
     errors = []
     for name, params in cases:
@@ -173,19 +174,20 @@ def main() -> None:
                                                           for m, (_, p, _) in zip(modules, rows)], iters=args.iters)
         steps = [m.steps_ns for m in measured]
         peaks = [m.peak_bytes for m in measured]
-        base_pred = base_meas = None
+        base_pred = base_meas = base_min = None
         for (label, problem, schedule), module, times, peak in zip(rows, modules, steps, peaks):
             sim = simulate(problem, schedule)
             step_ns = statistics.median(times)
+            q1, _, q3 = statistics.quantiles(times, n=4)
             if label == "original":
-                base_pred, base_meas = sim.makespan, step_ns
+                base_pred, base_meas, base_min = sim.makespan, step_ns, min(times)
             ps, ms = base_pred / sim.makespan, base_meas / step_ns
             err = ms / ps - 1
             if label != "original":
                 errors.append(abs(err))
             anchors = sum(1 for n in module.graph.nodes if "solvercast" in str(n.target))
-            print(f"| {name} | {label} | {problem.num_tasks} | {sim.makespan / 1e3:.0f} | {step_ns / 1e3:.0f} | "
-                  f"{ps:.3f} | {ms:.3f} | {err:+.1%} | "
+            print(f"| {name} | {label} | {problem.num_tasks} | {sim.makespan / 1e3:.0f} | {step_ns / 1e3:.0f} "
+                  f"({q1 / 1e3:.0f}-{q3 / 1e3:.0f}) | {ps:.3f} | {ms:.3f} | {err:+.1%} | {base_min / min(times):.3f} | "
                   f"{(sim.peak_memory - problem.initial_resident_bytes) / mib:.2f} | {peak / mib:.2f} | "
                   f"{anchors} |", flush=True)
     if errors:
