@@ -168,7 +168,7 @@ class _CpuChannels:
     def __init__(self):
         self.workers: dict[str, ThreadPoolExecutor] = {}
 
-    def launch(self, group: str, duration_ns: int, fill: Callable[[], object]) -> Future:
+    def launch(self, group: str, duration_ns: int, fill: Callable[[], object], tensors=()) -> Future:
         worker = self.workers.get(group)
         if worker is None:
             worker = self.workers[group] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"comm-{group}")
@@ -217,11 +217,12 @@ class _CudaChannels:
         self.streams: dict[str, torch.cuda.Stream] = {}
         self.ns_per_cycle = _ns_per_cycle(device.index if device.index is not None else torch.cuda.current_device())
 
-    def launch(self, group: str, duration_ns: int, fill: Callable[[], object]) -> torch.cuda.Event:
+    def launch(self, group: str, duration_ns: int, fill: Callable[[], object], tensors=()):
         stream = self.streams.get(group)
         if stream is None:
             stream = self.streams[group] = torch.cuda.Stream(device=self.device)
-        stream.wait_stream(torch.cuda.current_stream(self.device))
+        launcher = torch.cuda.current_stream(self.device)
+        stream.wait_stream(launcher)
         done = torch.cuda.Event()
         with torch.cuda.stream(stream):
             cycles = int(duration_ns / self.ns_per_cycle)
@@ -229,10 +230,15 @@ class _CudaChannels:
                 torch.cuda._sleep(cycles)
             fill()
             done.record(stream)
-        return done
+        return done, stream, launcher, tensors
 
-    def wait(self, done: torch.cuda.Event) -> None:
-        torch.cuda.current_stream(self.device).wait_event(done)
+    def wait(self, pending) -> None:
+        done, stream, launcher, tensors = pending
+        waiter = torch.cuda.current_stream(self.device)
+        waiter.wait_event(done)
+        if waiter != launcher:  # the launching stream never waited: its allocator must wait for the comm stream
+            for t in tensors:
+                t.record_stream(stream)
 
     def close(self) -> None:
         pass
@@ -250,8 +256,8 @@ class _Runtime:
         a = _bind(op, args, kwargs)
         group = str(a.get("group_name", ""))
         out, inputs, fill = _STAND_INS[op](a)
-        done = self.channels.launch(group, duration_ns, fill)
         outs = out if isinstance(out, list) else [out]
+        done = self.channels.launch(group, duration_ns, fill, (*inputs, *outs))
         entry = _Pending(done, (inputs, tuple(outs)))
         for o in outs:
             self.pending[id(o)] = entry
