@@ -268,17 +268,13 @@ class _Runtime:
         entry = self.pending.pop(id(t), None)
         if entry is None:
             raise MeasureError("wait_tensor on a tensor that no asynchronous stand-in produced")
-        if entry.done is not None:
-            self.channels.wait(entry.done)
-            entry.done = None  # a coalesced collective's other outputs need no second wait
+        self.channels.wait(entry.done)  # each output's wait waits (a coalesced one's may be on other streams)
         return t
 
     def drain(self) -> None:
         """Wait for every collective still in flight (one whose wait the graph lacks)."""
-        for entry in list(self.pending.values()):
-            if entry.done is not None:
-                self.channels.wait(entry.done)
-                entry.done = None
+        for entry in {id(e): e for e in self.pending.values()}.values():
+            self.channels.wait(entry.done)
         self.pending.clear()
 
 
