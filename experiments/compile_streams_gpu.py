@@ -14,12 +14,12 @@ and two matmuls too small to fill the GPU.
 from __future__ import annotations
 
 import argparse
-import statistics
 from unittest import mock
 
 import torch
 
 from solvercast import SolvercastPass
+from solvercast.measure import cuda_median_ns
 
 
 def branches(x, w1, w2, w3):
@@ -41,29 +41,15 @@ CASES = {
 }
 
 
-def time_it(fn, args, iters: int) -> float:
-    for _ in range(5):
-        fn(*args)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn(*args)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times)
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--iters", type=int, default=50)
-    ap.add_argument("--time-limit", type=float, default=5.0)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iters", type=int, default=50, help="timed calls per variant (CUDA events, median)")
+    ap.add_argument("--time-limit", type=float, default=5.0, help="SolvercastPass's time limit per graph")
     args = ap.parse_args()
+    from torch._inductor.graph import GraphLowering
+
     if not torch.cuda.is_available():
         raise SystemExit("needs CUDA")
-    from torch._inductor.graph import GraphLowering
 
     print(f"# torch.compile with solvercast's streams on {torch.cuda.get_device_name()} (torch {torch.__version__})\n")
     print(f"Command: `python experiments/compile_streams_gpu.py --iters {args.iters} --time-limit {args.time_limit:g}`\n")
@@ -85,7 +71,7 @@ def main() -> None:
                     same = "yes"
                 except AssertionError as e:
                     same = f"NO ({str(e).splitlines()[0]})"
-                us = time_it(compiled, inputs, args.iters)
+                us = cuda_median_ns(lambda: compiled(*inputs), args.iters, warmup=5) / 1e3
             blocks = sum(c.count("with stream") for c in codes)
             print(f"| {name} | {variant} | {same} | {blocks} | {us:.1f} |", flush=True)
     torch._dynamo.reset()

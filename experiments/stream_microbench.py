@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from solvercast.device import EventRow, StreamPairRow, fit_stream_parameters, get_profile
+from solvercast.measure import cuda_median_ns
 from solvercast.roofline import occupancy
 
 
@@ -38,21 +38,6 @@ def _occupancy(fn, args, profile) -> float:
     gm = make_fx(fn, tracing_mode="fake")(*args)
     nodes = [n for n in gm.graph.nodes if n.op == "call_function"]
     return max(occupancy(n, profile) for n in nodes)
-
-
-def _time(fn, iters: int) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e6)
-    return statistics.median(out)
 
 
 def _together(f, g, s1, s2):
@@ -79,19 +64,19 @@ def pair_rows(profile, iters: int) -> list[StreamPairRow]:
         w = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
         occ = _occupancy(mm, (x, w), profile)
         f = lambda: mm(x, w)  # noqa: E731
-        alone = _time(f, iters)
-        rows.append(StreamPairRow(occ, occ, alone, alone, _time(_together(f, f, s1, s2), iters), f"mm {n} | mm {n}"))
+        alone = cuda_median_ns(f, iters)
+        rows.append(StreamPairRow(occ, occ, alone, alone, cuda_median_ns(_together(f, f, s1, s2), iters), f"mm {n} | mm {n}"))
     for n in (1024, 4096):
         x = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
         occ_mm = _occupancy(mm, (x, w), profile)
         f = lambda: mm(x, w)  # noqa: E731
-        t_mm = _time(f, iters)
+        t_mm = cuda_median_ns(f, iters)
         for m in (2 ** 16, 2 ** 20, 2 ** 24):
             y = torch.randn(m, device="cuda", dtype=torch.bfloat16)
             occ_ew = _occupancy(ew, (y,), profile)
             g = lambda: ew(y)  # noqa: E731
-            rows.append(StreamPairRow(occ_mm, occ_ew, t_mm, _time(g, iters), _time(_together(f, g, s1, s2), iters),
+            rows.append(StreamPairRow(occ_mm, occ_ew, t_mm, cuda_median_ns(g, iters), cuda_median_ns(_together(f, g, s1, s2), iters),
                                       f"mm {n} | ew {m}"))
     return rows
 
@@ -120,7 +105,7 @@ def event_rows(iters: int, kernels: int = 200) -> list[EventRow]:
             main.wait_stream(s1)
             main.wait_stream(s2)
 
-        extra = (_time(ping_pong, iters) - _time(one_stream, iters)) / kernels
+        extra = (cuda_median_ns(ping_pong, iters) - cuda_median_ns(one_stream, iters)) / kernels
         rows.append(EventRow(max(0.0, extra), f"ping-pong of {kernels} kernels on {m} elements"))
     return rows
 

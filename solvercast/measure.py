@@ -50,7 +50,7 @@ from torch.utils._pytree import tree_leaves
 from solvercast.errors import SolvercastError
 from solvercast.nodes import is_distributed
 
-__all__ = ["Measurement", "MeasureError", "asynchronous_collectives", "collective_durations", "measure",
+__all__ = ["Measurement", "MeasureError", "asynchronous_collectives", "collective_durations", "cuda_median_ns", "measure",
            "measure_side_by_side", "run_asynchronously"]
 
 _C10D = torch.ops._c10d_functional
@@ -396,6 +396,23 @@ def run_asynchronously(gm: fx.GraphModule, args: Sequence, durations: Mapping[st
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def cuda_median_ns(fn: Callable[[], object], iters: int = 20, warmup: int = 3) -> float:
+    """Median CUDA-event time (ns) of ``fn()`` on the current stream over ``iters`` calls after
+    ``warmup`` (for micro-benchmarks: no inputs are cloned between calls)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e6)
+    return statistics.median(times)
 
 
 def _fresh(args):
