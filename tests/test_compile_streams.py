@@ -200,3 +200,33 @@ def test_solvercast_pass_with_two_streams_under_torch_compile_on_cuda():
             torch.testing.assert_close(compiled(*args), _step(*args))
     torch._dynamo.reset()
     assert p.calls >= 1 and p.last_result is not None
+
+
+def test_solvercast_pass_writes_compile_streams_for_a_cuda_graph(monkeypatch):
+    """The post-grad hook on a CUDA graph (fake tensors: no GPU needed to trace or schedule) with
+    compute_streams=2: the graph is rewritten in place in compile form (stream indices from dynamo's
+    registry, here replaced by counters since no CUDA runtime is at hand), and uuid() is None."""
+    import warnings
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import solvercast.compile_streams as cs
+
+    with FakeTensorMode():
+        args = [torch.empty(256, 256, device="cuda") for _ in range(3)]
+    gm = make_fx(_step, tracing_mode="fake")(*args)
+    monkeypatch.setattr(cs, "dynamo_registry", lambda device: _counters())
+    p = SolvercastPass(time_limit=1, compute_streams=2)
+    assert p.uuid() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback to one stream
+        assert p(gm.graph) is None
+    res = p.last_result
+    side = {res.problem.tasks[t].name for t, s in enumerate(res.schedule.stream_list(res.problem))
+            if s == 1 and res.problem.tasks[t].role == Role.COMPUTE}
+    assert side, "the two independent matmuls should be split over the two streams"
+    assert {n.name for n in gm.graph.nodes if stream_of_node(n) == 1 and n.target in
+            (torch.ops.aten.mm.default, torch.ops.aten.relu.default)} == side
+    records, waits = _syncs(gm)
+    assert len(records) == len(waits) >= 2 and len({e for e, _, _ in records}) == len(records)
+    gm.graph.lint()
