@@ -8,8 +8,9 @@ read these numbers; nothing here knows about FX.
 from __future__ import annotations
 
 import math
+import statistics
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Union
 
 import torch
@@ -273,9 +274,6 @@ def fit_stream_parameters(profile: DeviceProfile | str, pairs: "list[StreamPairR
     is ``round(num_sms / scale)`` (at least 1). ``sync_overhead`` is the median of ``events`` in
     seconds, or the profile's when there are none. Raises ``ValueError`` without pair rows.
     """
-    import dataclasses
-    import statistics
-
     profile = get_profile(profile)
     if not pairs:
         raise ValueError("fit_stream_parameters needs at least one StreamPairRow")
@@ -283,7 +281,7 @@ def fit_stream_parameters(profile: DeviceProfile | str, pairs: "list[StreamPairR
     best = min(grid, key=lambda s: (round(_pair_error(pairs, s), 12), abs(math.log(s))))
     num_sms = max(1, round(profile.num_sms / best))
     sync = statistics.median(e.ns for e in events) * 1e-9 if events else profile.sync_overhead
-    fitted = dataclasses.replace(profile, name=f"{profile.name}-fitted", num_sms=num_sms, sync_overhead=sync)
+    fitted = replace(profile, name=f"{profile.name}-fitted", num_sms=num_sms, sync_overhead=sync)
     scale = profile.num_sms / num_sms
     agree = sum((pair_prediction(r, scale) < r.first_ns + r.second_ns) == _overlapped(r) for r in pairs)
     return StreamFit(profile=fitted, scale=scale, error_before=_pair_error(pairs, 1.0),
