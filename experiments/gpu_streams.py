@@ -19,6 +19,8 @@ Collectives do not run: the graphs are traced for a fake process group of ``worl
 here each collective node is rewritten to a local stand-in of the right shape (all_reduce -> x*2,
 all_gather -> concatenation, ...), launched on the caller's stream. So the measured times say
 nothing about comm overlap; they show the anchor ops' overhead and any compute-stream concurrency.
+For times with real overlap (each collective on its own stream for its modelled duration) use
+experiments/gpu_overlap.py (`solvercast.measure`); this script stays for the values and peaks.
 """
 
 from __future__ import annotations

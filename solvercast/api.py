@@ -267,6 +267,15 @@ def _within_budget(problem: Problem, schedule: Schedule, budget: int | None) -> 
     return schedule
 
 
+def _on_cuda(graph: fx.Graph):
+    """The CUDA device of the graph's first tensor input, or None."""
+    for node in graph.find_nodes(op="placeholder"):
+        val = node.meta.get("val")
+        if getattr(val, "device", None) is not None and val.device.type == "cuda":
+            return val.device
+    return None
+
+
 class SolvercastPass:
     """``optimize`` as a graph pass for pipelines and for ``torch.compile``.
 
@@ -279,11 +288,13 @@ class SolvercastPass:
       (``torch._inductor.config.post_grad_custom_pre_pass`` /
       ``post_grad_custom_post_pass``): the graph is optimized through a copy
       and then reordered IN PLACE to the optimized program order; returns None.
-      Inductor cannot lower solvercast's stream anchor ops and generates its
-      own single-stream code, so this path always uses ``compute_streams=1``
-      (a larger value is overridden, with a warning): only the node order
-      changes, no node is added. Nodes that ``optimize`` dropped as dead are
-      kept, just before the output.
+      With ``compute_streams=1`` only the node order changes, no node is added;
+      nodes that ``optimize`` dropped as dead are kept, just before the output.
+      With ``compute_streams > 1`` on a CUDA graph the streams are written in
+      torch.compile's own form (`solvercast.compile_streams`: stream annotations,
+      one event and one wait per cross-stream consumer, control_deps), which
+      Inductor's scheduler reads; on a CPU graph (Inductor's multi-stream code
+      needs a CUDA device guard) it falls back to one stream, with a warning.
 
     Inductor only caches compiled graphs whose custom passes are
     ``CustomGraphPass`` instances with a ``uuid()``: constructing a
@@ -331,10 +342,11 @@ class SolvercastPass:
         import torch
 
         options = dict(self.options)
-        if options.get("compute_streams", 1) != 1:
-            warnings.warn("SolvercastPass on an fx.Graph (torch.compile) schedules a single compute stream: "
-                          "Inductor cannot lower stream anchors; compute_streams is set to 1", stacklevel=3)
-        options["compute_streams"] = 1
+        if options.get("compute_streams", 1) != 1 and not _on_cuda(graph):
+            warnings.warn("SolvercastPass on the fx.Graph (torch.compile) of a non-CUDA graph schedules a single "
+                          "compute stream (Inductor opens side streams inside a CUDA device guard); compute_streams "
+                          "is set to 1", stacklevel=3)
+            options["compute_streams"] = 1
         # Optimize a copy: wrapping `graph` itself in a GraphModule would steal it from Inductor's module.
         copy_graph = fx.Graph()
         val_map: dict[fx.Node, fx.Node] = {}
@@ -346,6 +358,14 @@ class SolvercastPass:
 
         wrapper = graph_module(root, copy_graph)
         result = optimize(wrapper, **options)
+        if options.get("compute_streams", 1) != 1:  # streams in torch.compile's own form
+            from solvercast.compile_streams import annotate_graph_in_place, dynamo_registry
+
+            stream_index, new_event = dynamo_registry(_on_cuda(graph))
+            annotate_graph_in_place(graph, result.problem, result.schedule, stream_index=stream_index,
+                                    new_event=new_event)
+            self.last_result = result
+            return
 
         by_name = {new.name: old for old, new in val_map.items()}
         order: list[fx.Node] = []
@@ -365,10 +385,11 @@ class SolvercastPass:
         graph.lint()
         self.last_result = result
 
-    def uuid(self) -> str:
+    def uuid(self) -> str | None:
         """A stable id for Inductor's cache key: the options (not ``progress``; a ``cost_fn`` by its
         `CostFnOverrides.cache_key`, never by its address) and the sources of every solvercast package
-        (``heuristics`` and ``models`` live in other folders of a source checkout)."""
+        (``heuristics`` and ``models`` live in other folders of a source checkout). None with
+        ``compute_streams > 1``: Inductor then bypasses its cache."""
         import hashlib
         import importlib
         from pathlib import Path
@@ -376,6 +397,9 @@ class SolvercastPass:
         from solvercast.cost import AnalyticCostModel, CostFnOverrides
         from solvercast.device import get_profile
 
+        if self.options.get("compute_streams", 1) != 1:
+            return None  # the compiled graph holds stream and event objects registered while compiling:
+            # a cache hit would skip their registration, so Inductor must not cache it (None: bypass)
         h = hashlib.sha256(b"solvercast.SolvercastPass/2\0")
         for key in sorted(self.options):
             value = self.options[key]

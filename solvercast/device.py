@@ -8,13 +8,15 @@ read these numbers; nothing here knows about FX.
 from __future__ import annotations
 
 import math
+import statistics
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Union
 
 import torch
 
-__all__ = ["DeviceProfile", "H100", "A100", "H200", "PROFILES", "get_profile"]
+__all__ = ["DeviceProfile", "H100", "A100", "H200", "PROFILES", "get_profile", "EventRow", "StreamPairRow",
+           "StreamFit", "fit_stream_parameters", "pair_prediction"]
 
 _FP8_DTYPES = tuple(
     getattr(torch, n)
@@ -184,3 +186,103 @@ def get_profile(device: Union[str, DeviceProfile]) -> DeviceProfile:
             "(or pass a DeviceProfile)"
         )
     raise TypeError(f"device must be a str or DeviceProfile, got {type(device).__name__}")
+
+
+# ---- fitting the occupancy and sync model to micro-benchmarks ------------------------------------
+#
+# The engine's occupancy rule (docs/execution_rules.md, O1) lets two kernels on two compute streams run
+# side by side only when their occupancies sum to at most 1; otherwise the second waits for the first.
+# Occupancy is ``tiles / num_sms`` (matmuls) or ``threads / (num_sms * threads_per_sm)`` (elementwise),
+# so a profile's ``num_sms`` scales every occupancy alike: the fit chooses the ``num_sms`` under which
+# the rule predicts the measured pairs best. ``sync_overhead`` is the measured cost of one event record
+# + wait. experiments/stream_microbench.py measures the rows on a GPU.
+
+
+@dataclass(frozen=True)
+class StreamPairRow:
+    """Two kernels measured alone (``first_ns``, ``second_ns``) and launched together on two streams
+    (``together_ns``, first launch to last end); ``first_occupancy`` / ``second_occupancy`` are their
+    occupancies under the profile being fitted (`solvercast.roofline.occupancy`). ``label`` says what
+    ran (e.g. "mm 1024 | mm 1024")."""
+
+    first_occupancy: float
+    second_occupancy: float
+    first_ns: float
+    second_ns: float
+    together_ns: float
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        for f in ("first_occupancy", "second_occupancy"):
+            if not 0 < getattr(self, f) <= 1:
+                raise ValueError(f"{f} must be in (0, 1], got {getattr(self, f)!r}")
+        for f in ("first_ns", "second_ns", "together_ns"):
+            v = getattr(self, f)
+            if not (v > 0 and math.isfinite(v)):
+                raise ValueError(f"{f} must be positive, got {v!r}")
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """The measured cost of one cross-stream event record + wait (``ns``), e.g. the extra time per
+    kernel of a ping-pong between two streams over the same kernels on one stream."""
+
+    ns: float
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class StreamFit:
+    """The fitted ``profile`` (its ``num_sms`` and ``sync_overhead`` replaced), the occupancy scale
+    ``scale`` (datasheet ``num_sms`` / fitted), the mean relative error of the pair predictions before
+    (``error_before``, the input profile) and after the fit, and how many pairs the fitted rule and the
+    measurements agree on as overlapping or not (``agree`` of ``pairs``)."""
+
+    profile: DeviceProfile
+    scale: float
+    error_before: float
+    error_after: float
+    agree: int
+    pairs: int
+
+
+def pair_prediction(row: StreamPairRow, scale: float = 1.0) -> float:
+    """The engine's time for ``row``'s two kernels on two streams with every occupancy multiplied by
+    ``scale`` (capped at 1): side by side (the longer one) when they fit together, else one after the
+    other."""
+    occ = min(1.0, row.first_occupancy * scale) + min(1.0, row.second_occupancy * scale)
+    return max(row.first_ns, row.second_ns) if occ <= 1.0 + 1e-9 else row.first_ns + row.second_ns
+
+
+def _overlapped(row: StreamPairRow) -> bool:
+    """Whether the measurement is nearer to side by side than to one after the other."""
+    serial, parallel = row.first_ns + row.second_ns, max(row.first_ns, row.second_ns)
+    return abs(row.together_ns - parallel) < abs(row.together_ns - serial)
+
+
+def _pair_error(rows, scale: float) -> float:
+    return sum(abs(pair_prediction(r, scale) - r.together_ns) / r.together_ns for r in rows) / len(rows)
+
+
+def fit_stream_parameters(profile: DeviceProfile | str, pairs: "list[StreamPairRow] | tuple[StreamPairRow, ...]",
+                          events: "list[EventRow] | tuple[EventRow, ...]" = ()) -> StreamFit:
+    """Fit ``profile``'s occupancy (through ``num_sms``) and ``sync_overhead`` to measured rows.
+
+    The occupancy scale is chosen on a geometric grid from 1/16 to 16 (97 points) to minimise the mean
+    relative error of `pair_prediction` against ``together_ns``; among equal errors the scale nearest
+    1 (the datasheet) wins, so rows that say nothing leave the profile as it is. The fitted ``num_sms``
+    is ``round(num_sms / scale)`` (at least 1). ``sync_overhead`` is the median of ``events`` in
+    seconds, or the profile's when there are none. Raises ``ValueError`` without pair rows.
+    """
+    profile = get_profile(profile)
+    if not pairs:
+        raise ValueError("fit_stream_parameters needs at least one StreamPairRow")
+    grid = [16.0 ** (k / 48) for k in range(-48, 49)]
+    best = min(grid, key=lambda s: (round(_pair_error(pairs, s), 12), abs(math.log(s))))
+    num_sms = max(1, round(profile.num_sms / best))
+    sync = statistics.median(e.ns for e in events) * 1e-9 if events else profile.sync_overhead
+    fitted = replace(profile, name=f"{profile.name}-fitted", num_sms=num_sms, sync_overhead=sync)
+    scale = profile.num_sms / num_sms
+    agree = sum((pair_prediction(r, scale) < r.first_ns + r.second_ns) == _overlapped(r) for r in pairs)
+    return StreamFit(profile=fitted, scale=scale, error_before=_pair_error(pairs, 1.0),
+                     error_after=_pair_error(pairs, scale), agree=agree, pairs=len(pairs))
