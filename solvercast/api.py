@@ -274,7 +274,9 @@ class SolvercastPass:
       own single-stream code, so this path always uses ``compute_streams=1``
       (a larger value is overridden, with a warning): only the node order
       changes, no node is added. Nodes that ``optimize`` dropped as dead are
-      kept, just before the output.
+      kept, just before the output. The order of collectives, waits and
+      matmuls is then pinned with Inductor's ``control_deps``
+      (`solvercast.pin_order`): those nodes are wrapped, the rest stay.
 
     Inductor only caches compiled graphs whose custom passes are
     ``CustomGraphPass`` instances with a ``uuid()``: constructing a
@@ -352,6 +354,10 @@ class SolvercastPass:
         for node in order:
             output.prepend(node)
         graph.lint()
+        # Inductor would reorder it again (fusion, reorder_for_peak_memory): pin it (solvercast.pin_order)
+        from solvercast.pin_order import pin_order
+
+        pin_order(graph)
         self.last_result = result
 
     def uuid(self) -> str:

@@ -24,7 +24,16 @@ from solvercast.nodes import NodeKind, classify
 _CODE_CALL = re.compile(r"_c10d_functional\.(\w+)\.default\(|extern_kernels\.(mm)\(")
 
 
+def _unwrapped(node):
+    """The op a ``control_deps`` node (`solvercast.pin_order`) runs: its subgraph's one call."""
+    if node.op == "call_function" and getattr(node.target, "name", lambda: None)() == "control_deps":
+        subgraph = getattr(node.graph.owning_module, node.args[1].target)
+        return next(n for n in subgraph.graph.nodes if n.op == "call_function")
+    return node
+
+
 def _kind(node) -> str | None:
+    node = _unwrapped(node)
     info = classify(node)
     if info.kind is NodeKind.COLLECTIVE:
         return info.collective.name
