@@ -97,7 +97,10 @@ def _recording(solver_pass, graphs: list):
     return Recorded()
 
 
-def _compile_with_pass(name: str, **params):
+def _compile_with_pass(name: str, solver_pass=None, **params):
+    """Model ``name`` compiled (forward and backward) with ``solver_pass`` (default: a
+    ``SolvercastPass(time_limit=1)``): (the graphs' kinds before and after the pass, the output codes)."""
+    solver_pass = SolvercastPass(time_limit=1) if solver_pass is None else solver_pass
     p = {**describe(name)["defaults"], **params}
     p["dtype"] = parse_dtype(p["dtype"])
     graphs = []  # (original kinds, the pass's kinds) per compiled graph
@@ -109,7 +112,7 @@ def _compile_with_pass(name: str, **params):
         model, x = make_step(name, p, mesh)
         torch._dynamo.reset()
         try:
-            with torch._inductor.config.patch(post_grad_custom_post_pass=_recording(SolvercastPass(time_limit=1), graphs),
+            with torch._inductor.config.patch(post_grad_custom_post_pass=_recording(solver_pass, graphs),
                                               force_disable_caches=True):
                 compiled = torch.compile(model, fullgraph=True, dynamic=False)
                 _, codes = run_and_get_code(lambda: compiled(x).sum().backward())
