@@ -272,11 +272,12 @@ class SolvercastPass:
       and then reordered IN PLACE to the optimized program order; returns None.
       Inductor cannot lower solvercast's stream anchor ops and generates its
       own single-stream code, so this path always uses ``compute_streams=1``
-      (a larger value is overridden, with a warning): only the node order
-      changes, no node is added. Nodes that ``optimize`` dropped as dead are
-      kept, just before the output. The order of collectives, waits and
-      matmuls is then pinned with Inductor's ``control_deps``
-      (`solvercast.pin_order`): those nodes are wrapped, the rest stay.
+      (a larger value is overridden, with a warning): the node order changes,
+      no op is added. Nodes that ``optimize`` dropped as dead are kept, just
+      before the output. Inductor's scheduler would reorder its kernels again,
+      so the order of collectives, waits and matmuls is pinned
+      (`solvercast.pin_order`): each is wrapped, under its own name, in
+      Inductor's ``control_deps`` on the one before it.
 
     Inductor only caches compiled graphs whose custom passes are
     ``CustomGraphPass`` instances with a ``uuid()``: constructing a
