@@ -5,12 +5,12 @@ nodes, and only by data dependencies. Measured on the zoo's FSDP graphs (torch 2
 ``tests/test_generated_code_order.py``), two of its steps move the pass's collectives and waits:
 
 * fusion (``Scheduler.fuse_nodes``): a fused kernel takes the place of its earliest member and the
-  nodes are sorted topologically again, so a kernel that fuses a pointwise op from before a
-  collective with one that reads a later wait's result pulls that wait (and its collective) up
-  with it (the forward of ``simple_fsdp``: a wait rose above the next all_gathers);
-* ``reorder_for_peak_memory`` (on by default): it reorders the fused nodes to lower the peak, and
-  in the backward of ``simple_fsdp`` it moved every matmul ahead of the reduce_scatters the pass
-  had interleaved with them.
+  nodes are sorted topologically again, which pulls up whatever its later members read (in the
+  backward of ``simple_fsdp``: matmuls rose above a reduce_scatter);
+* ``reorder_for_peak_memory`` (on by default): it reorders the fused nodes to lower the peak; in
+  the backward of ``simple_fsdp`` it then moved every matmul ahead of the reduce_scatters the pass
+  had interleaved with them, and in a small FSDP forward it sank the all_gathers the pass had
+  raised down to their waits.
 
 Both obey dependencies, so, as PyTorch's own overlap scheduler does when asked to
 (``insert_overlap_deps``), the order is pinned with Inductor's ``control_deps`` higher-order op:
