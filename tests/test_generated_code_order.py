@@ -7,7 +7,7 @@ Inductor fuses the pointwise ops around them, but each collective, wait and ``at
 call (``torch.ops._c10d_functional.*``, ``extern_kernels.mm``), so the sequence of their kinds in the
 code is compared with that of the pass's order. Left alone, Inductor's scheduler moves them
 (``reorder_for_peak_memory`` sinks collectives and hoists matmuls; a fused kernel takes its first
-member's place and pulls a wait up): `solvercast.pin_order` chains them with ``control_deps``.
+member's place and pulls up what the others read): `solvercast.pin_order` chains them with ``control_deps``.
 
 A small FSDP step (three weights gathered by an autograd all_gather, their gradients
 reduce-scattered in the backward) runs by default; its order fails without the pinning (Inductor put
