@@ -136,8 +136,11 @@ _all_gather = getattr(funcol, "all_gather_single_autograd", None) or funcol.all_
 def fsdp_step(x, w1, w2, w3):
     """Three FSDP layers: each weight's shard is gathered (its gradient reduce-scattered in the backward)::
 
-        forward:  ag(w1) ag(w2) ag(w3) ; wait -> mm -> relu ; wait -> mm -> relu ; wait -> mm -> relu ; sum
+        forward:  per layer ag(w) -> wait -> mm -> relu ; sum
         backward: per layer mm (grad input), mm (grad weight) -> reduce_scatter -> wait
+
+    The pass raises the all_gathers and sinks the waits below the next matmul; unpinned, Inductor's
+    reorder_for_peak_memory put every backward matmul first.
     """
     h = x
     for w in (w1, w2, w3):
