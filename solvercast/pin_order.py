@@ -15,9 +15,12 @@ nodes, and only by data dependencies. Measured on the zoo's FSDP graphs (torch 2
 Both obey dependencies, so, as PyTorch's own overlap scheduler does when asked to
 (``insert_overlap_deps``), the order is pinned with Inductor's ``control_deps`` higher-order op:
 each pinned node is wrapped so that it depends on the pinned node before it. Inductor's lowering
-of ``control_deps`` records those as extra buffer dependencies, which its scheduler honours in
-fusion (a fusion that would make a cycle is refused) and in every reordering. One chain over all
-pinned nodes fixes their order across process groups too.
+of ``control_deps`` records those as extra buffer dependencies, which its scheduler honours as
+dependencies in fusion and in every reordering. One chain over all pinned nodes fixes their order
+across process groups too. Unlike ``insert_overlap_deps``, which drops the edges between two
+collectives or waits (one communicator's stream orders its collectives), the chain keeps them: the
+stream does not order a launch against another collective's wait on the host, and the pass chose
+that order.
 
 Pinned are the nodes that stay one call each in Inductor's output code: collective launches, waits,
 and the matmul-class ops (those with a FLOP formula: ``mm``, ``bmm``, ``addmm``, attention,
