@@ -288,13 +288,17 @@ class SolvercastPass:
       (``torch._inductor.config.post_grad_custom_pre_pass`` /
       ``post_grad_custom_post_pass``): the graph is optimized through a copy
       and then reordered IN PLACE to the optimized program order; returns None.
-      With ``compute_streams=1`` only the node order changes, no node is added;
-      nodes that ``optimize`` dropped as dead are kept, just before the output.
-      With ``compute_streams > 1`` on a CUDA graph the streams are written in
-      torch.compile's own form (`solvercast.compile_streams`: stream annotations,
-      one event and one wait per cross-stream consumer, control_deps), which
-      Inductor's scheduler reads; on a CPU graph (Inductor's multi-stream code
-      needs a CUDA device guard) it falls back to one stream, with a warning.
+      With ``compute_streams=1`` the node order changes, no op is added; nodes
+      that ``optimize`` dropped as dead are kept, just before the output.
+      Inductor's scheduler would reorder its kernels again, so the order of
+      collectives, waits and matmuls is pinned (`solvercast.pin_order`): each
+      is wrapped, under its own name, in Inductor's ``control_deps`` on the
+      one before it. With ``compute_streams > 1`` on a CUDA graph the streams
+      are written in torch.compile's own form (`solvercast.compile_streams`:
+      stream annotations, one event and one wait per cross-stream consumer,
+      control_deps), which Inductor's scheduler reads; on a CPU graph
+      (Inductor's multi-stream code needs a CUDA device guard) it falls back
+      to one stream, with a warning.
 
     Inductor only caches compiled graphs whose custom passes are
     ``CustomGraphPass`` instances with a ``uuid()``: constructing a
@@ -383,6 +387,10 @@ class SolvercastPass:
         for node in order:
             output.prepend(node)
         graph.lint()
+        # Inductor would reorder it again (fusion, reorder_for_peak_memory): pin it (solvercast.pin_order)
+        from solvercast.pin_order import pin_order
+
+        pin_order(graph)
         self.last_result = result
 
     def uuid(self) -> str | None:

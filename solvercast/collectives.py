@@ -223,11 +223,11 @@ def _group_size_from_name(group_name: Any, default_group_size: int) -> int:
 
 
 def legacy_process_group(node: torch.fx.Node) -> Any:
-    """The ``ProcessGroup`` a legacy ``c10d`` collective runs on: its torchbind ``process_group``
-    argument (a ``get_attr`` of the traced module, as make_fx records it), unboxed; None when the
-    graph does not carry it (or this is no legacy collective)."""
+    """The ``ProcessGroup`` a legacy ``c10d`` collective or fence (send, recv, barrier) runs on: its
+    torchbind ``process_group`` argument (a ``get_attr`` of the traced module, as make_fx records it),
+    unboxed; None when the graph does not carry it (or this is no legacy collective or fence)."""
     target = op_target(node.target)
-    if target not in LEGACY_OPS:
+    if target not in LEGACY_OPS and target not in FENCE_OPS:
         return None
     pg = bound_args(node, target).get("process_group")
     if isinstance(pg, torch.fx.Node):

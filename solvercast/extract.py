@@ -199,8 +199,9 @@ def extract_problem(
     info = {n: classify(n) for n in task_nodes}
     # process groups in order of first use: each is a communicator with its own comm stream
     group_index: dict[str | None, int] = {}
+    on_a_group = (NodeKind.COLLECTIVE, NodeKind.FENCE)  # a fence is a synchronous op of its communicator
     for node in task_nodes:
-        if info[node].kind is NodeKind.COLLECTIVE:
+        if info[node].kind in on_a_group:
             group_index.setdefault(info[node].group_name, len(group_index))
 
     def collective_behind(node: fx.Node) -> fx.Node | None:
@@ -307,7 +308,7 @@ def extract_problem(
                 raise
             except Exception as e:  # the cost model cannot size this op
                 raise ExtractionError(f"node {node.name!r} ({op_name}): cannot estimate its cost: {e}") from e
-        group = group_index.get(info[node].group_name, 0) if info[node].kind is NodeKind.COLLECTIVE else 0
+        group = group_index.get(info[node].group_name, 0) if info[node].kind in on_a_group else 0
         tasks.append(Task(name=node.name, role=role, duration=duration, occupancy=min(1.0, max(occupancy, 1e-6)),
                           waits_for=task_id[collective_behind(node.args[0])] if role == Role.WAIT else None,
                           op=op_name, movable=any(storages_of.get(i) for i in inputs_of[node]),

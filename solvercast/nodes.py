@@ -68,9 +68,9 @@ class NodeInfo:
     """The classification of one node.
 
     * ``collective``: the kind's record (COLLECTIVE only).
-    * ``group_name``: the process group a collective runs on, as named by its
-      ``group_name`` argument, or for a legacy ``c10d`` op by its
-      ``ProcessGroup`` argument (None when it has none).
+    * ``group_name``: the process group a collective or fence runs on, as named
+      by its ``group_name`` argument, or for a legacy ``c10d`` op (collective,
+      send, recv, barrier) by its ``ProcessGroup`` argument (None when it has none).
     * ``mutated_args``: schema names of the arguments the op writes in place
       (``self`` of ``add_``, ``out`` of an out= variant, ``input`` of
       ``all_reduce_``); ``writes``: the nodes passed there (tensor lists
@@ -233,7 +233,8 @@ def _classify(node: fx.Node) -> NodeInfo:
         return NodeInfo(facts.kind, aliases=(container,), distributed=facts.distributed)
     if target in _MAYBE_COPIES and _copies_its_input(node, target):
         return NodeInfo(NodeKind.COMPUTE)  # a copy: a kernel, and a fresh storage (no alias)
-    if not facts.written and not facts.return_aliases and facts.kind is not NodeKind.COLLECTIVE:
+    on_a_group = facts.kind in (NodeKind.COLLECTIVE, NodeKind.FENCE)
+    if not facts.written and not facts.return_aliases and not on_a_group:
         return NodeInfo(facts.kind, distributed=facts.distributed)
     bound = bound_args(node, target)
     aliases = tuple(bound.get(name) if name is not None and isinstance(bound.get(name), fx.Node) else None
@@ -245,7 +246,7 @@ def _classify(node: fx.Node) -> NodeInfo:
             if isinstance(v, fx.Node):
                 writes.append(v)
     group = bound.get("group_name") if facts.kind is NodeKind.COLLECTIVE else None
-    if facts.kind is NodeKind.COLLECTIVE and target in LEGACY_OPS:
+    if on_a_group and (target in LEGACY_OPS or target in FENCE_OPS):
         pg = legacy_process_group(node)
         group = getattr(pg, "group_name", None) if pg is not None else None
     return NodeInfo(facts.kind, collective=facts.collective, group_name=None if group is None else str(group),

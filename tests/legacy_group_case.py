@@ -1,5 +1,5 @@
-"""Run in a fresh process by tests/test_fences.py: legacy c10d all_reduces on the default group
-(4 fake ranks) and on a sub-group of 2, traced with make_fx under the fake default process group
+"""Run in a fresh process by tests/test_fences.py: legacy c10d all_reduces and barriers on the default
+group (4 fake ranks) and on a sub-group of 2, traced with make_fx under the fake default process group
 (which the test process must not own). Prints one JSON line with what the test checks."""
 
 import json
@@ -21,6 +21,8 @@ def main():
     def step(x, y):
         dist.all_reduce(x)
         dist.all_reduce(y, group=pair)
+        dist.barrier()  # fences: synchronous comm ops of their group's communicator
+        dist.barrier(group=pair)
         return x + y
 
     gm = make_fx(step, tracing_mode="fake")(torch.randn(1024, 1024), torch.randn(1024, 1024))
@@ -34,6 +36,8 @@ def main():
             out["durations"][t.name] = t.duration
             out["expected"][t.name] = [collective_time(kind, nbytes, p_, get_profile("h100")) for p_ in (4, 2)]
             out["groups"][t.name] = t.group
+        elif t.op.startswith("c10d.barrier"):
+            out.setdefault("fence_groups", {})[t.name] = t.group
     print(json.dumps(out))
 
 

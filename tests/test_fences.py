@@ -63,8 +63,10 @@ def test_effect_graph_keeps_its_values():
             assert torch.equal(a, b)
 
 
-def test_legacy_collectives_are_sized_by_their_process_group():
-    """Default group of 4 fake ranks, a sub-group of 2; extraction's default_group_size (8) is neither."""
+def test_legacy_collectives_and_fences_get_their_process_group():
+    """Default group of 4 fake ranks, a sub-group of 2; extraction's default_group_size (8) is neither.
+    Collectives are sized by their group, and collectives and fences (barriers) run on their group's
+    comm stream."""
     script = Path(__file__).with_name("legacy_group_case.py")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -73,3 +75,5 @@ def test_legacy_collectives_are_sized_by_their_process_group():
     for name, size_index in (("allreduce_", 0), ("allreduce__1", 1)):
         assert out["durations"][name] == pytest.approx(out["expected"][name][size_index] * 1e9, abs=1)
     assert out["groups"] == {"allreduce_": 0, "allreduce__1": 1} and out["comm_streams"] == 2
+    # a fence runs on its own group's communicator: the barrier of the pair on the pair's comm stream
+    assert out["fence_groups"] == {"barrier": 0, "barrier_1": 1}

@@ -1,30 +1,58 @@
-"""The pass's order reaches Inductor's generated code: the zoo's DTensor models compiled on CPU with
-`SolvercastPass` as the post-grad custom pass (fake default process group: real tensors, no
-communication), and in the output code (`run_and_get_code`) the collectives, waits and matmuls come
-in the order the pass chose, forward and backward.
+"""The pass's order reaches Inductor's generated code: models compiled on CPU with `SolvercastPass`
+as the post-grad custom pass (fake process group: real tensors, no communication), and in the output
+code (``run_and_get_code``) the collectives, waits and matmuls come in the order the pass chose,
+forward and backward.
 
 Inductor fuses the pointwise ops around them, but each collective, wait and ``aten.mm`` stays one
 call (``torch.ops._c10d_functional.*``, ``extern_kernels.mm``), so the sequence of their kinds in the
-code is compared with that of the pass's order. It differs from the graph's own order (checked), so
-the comparison would see Inductor moving them back (``reorder_for_peak_memory`` or its comm passes).
+code is compared with that of the pass's order. Left alone, Inductor's scheduler moves them
+(``reorder_for_peak_memory`` sinks collectives and hoists matmuls; a fused kernel takes its first
+member's place and pulls up what the others read): `solvercast.pin_order` chains them with ``control_deps``.
+
+A small FSDP step (three weights gathered by an autograd all_gather, their gradients
+reduce-scattered in the backward) runs by default; its order fails without the pinning (Inductor put
+every matmul first in the backward). The zoo's DTensor models take about 30 s each: ``llama_tp`` at
+one layer runs by default, the FSDP models are heavy.
 """
 
+import copy
+import inspect
 import re
 
 import pytest
 import torch
+import torch.distributed._functional_collectives as funcol
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from solvercast import SolvercastPass
-from solvercast.models import describe
+from solvercast.models import describe, fake_group
 from solvercast.models._capture import fake_mesh
 from solvercast.models._tracing import parse_dtype
 from solvercast.models.llama import make_step, mesh_dims
 from solvercast.nodes import NodeKind, classify
+from solvercast.pin_order import pin_order, pinned_nodes
+from solvercast.testing import LocalCollectives, random_inputs, run_local
+
+GROUP = fake_group(2)
+C10D = torch.ops._c10d_functional
 
 _CODE_CALL = re.compile(r"_c10d_functional\.(\w+)\.default\(|extern_kernels\.(mm)\(")
 
 
+def _is_control_deps(node) -> bool:
+    return node.op == "call_function" and getattr(node.target, "name", lambda: None)() == "control_deps"
+
+
+def _unwrapped(node):
+    """The op a ``control_deps`` node (`solvercast.pin_order`) runs: its subgraph's one call."""
+    if _is_control_deps(node):
+        subgraph = getattr(node.graph.owning_module, node.args[1].target)
+        return next(n for n in subgraph.graph.nodes if n.op == "call_function")
+    return node
+
+
 def _kind(node) -> str | None:
+    node = _unwrapped(node)
     info = classify(node)
     if info.kind is NodeKind.COLLECTIVE:
         return info.collective.name
@@ -33,6 +61,10 @@ def _kind(node) -> str | None:
     if node.target is torch.ops.aten.mm.default:
         return "mm"
     return None
+
+
+def _kinds(graph) -> list[str]:
+    return [k for k in map(_kind, graph.nodes) if k]
 
 
 def _code_kinds(code: str) -> list[str]:
@@ -48,23 +80,30 @@ def _code_kinds(code: str) -> list[str]:
     return out
 
 
-def _compile_with_pass(name: str, **params):
-    p = {**describe(name)["defaults"], **params}
-    p["dtype"] = parse_dtype(p["dtype"])
-    solver_pass = SolvercastPass(time_limit=1)
-    graphs = []  # (original kinds, the pass's kinds) per compiled graph
-
+def _recording(solver_pass, graphs: list):
+    """A custom post-grad pass that runs ``solver_pass`` and appends (the graph's kinds before it, after
+    it) to ``graphs``."""
     from torch._inductor.custom_graph_pass import CustomGraphPass
 
     class Recorded(CustomGraphPass):
         def __call__(self, graph):
-            before = [k for k in map(_kind, graph.nodes) if k]
+            before = _kinds(graph)
             solver_pass(graph)
-            graphs.append((before, [k for k in map(_kind, graph.nodes) if k]))
+            graphs.append((before, _kinds(graph)))
 
         def uuid(self):
             return solver_pass.uuid()
 
+    return Recorded()
+
+
+def _compile_with_pass(name: str, solver_pass=None, **params):
+    """Model ``name`` compiled (forward and backward) with ``solver_pass`` (default: a
+    ``SolvercastPass(time_limit=1)``): (the graphs' kinds before and after the pass, the output codes)."""
+    solver_pass = SolvercastPass(time_limit=1) if solver_pass is None else solver_pass
+    p = {**describe(name)["defaults"], **params}
+    p["dtype"] = parse_dtype(p["dtype"])
+    graphs = []  # (original kinds, the pass's kinds) per compiled graph
     from torch._inductor.utils import run_and_get_code
 
     dims = mesh_dims(name, p)
@@ -73,7 +112,8 @@ def _compile_with_pass(name: str, **params):
         model, x = make_step(name, p, mesh)
         torch._dynamo.reset()
         try:
-            with torch._inductor.config.patch(post_grad_custom_post_pass=Recorded(), force_disable_caches=True):
+            with torch._inductor.config.patch(post_grad_custom_post_pass=_recording(solver_pass, graphs),
+                                              force_disable_caches=True):
                 compiled = torch.compile(model, fullgraph=True, dynamic=False)
                 _, codes = run_and_get_code(lambda: compiled(x).sum().backward())
         finally:
@@ -81,8 +121,7 @@ def _compile_with_pass(name: str, **params):
     return graphs, codes
 
 
-def _check(name: str, **params):
-    graphs, codes = _compile_with_pass(name, **params)
+def _check(graphs, codes):
     assert len(graphs) == 2 and len(codes) == 2  # forward and backward
     moved = False
     for (before, chosen), code in zip(graphs, codes):
@@ -91,16 +130,122 @@ def _check(name: str, **params):
     assert moved, "the pass kept the graph's order: the test could not tell Inductor's order from ours"
 
 
+_all_gather = getattr(funcol, "all_gather_single_autograd", None) or funcol.all_gather_tensor_autograd
+
+
+def fsdp_step(x, w1, w2, w3):
+    """Three FSDP layers: each weight's shard is gathered (its gradient reduce-scattered in the backward)::
+
+        forward:  per layer ag(w) -> wait -> mm -> relu ; sum
+        backward: per layer mm (grad input), mm (grad weight) -> reduce_scatter -> wait
+
+    The pass raises the all_gathers and sinks the waits below the next matmul; unpinned, Inductor's
+    reorder_for_peak_memory put every backward matmul first.
+    """
+    h = x
+    for w in (w1, w2, w3):
+        h = torch.relu(h @ _all_gather(w, 0, GROUP))
+    return h.sum()
+
+
+def _fsdp_inputs():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 32, generator=g).requires_grad_()
+    return [x] + [(torch.randn(16, 32, generator=g) / 6).requires_grad_() for _ in range(3)]
+
+
+def _compile_step(step, args):
+    """``step(*args).backward()`` compiled with the pass: (the graphs' kinds, the output codes, and the
+    compiled forward as Inductor made it, to call with ``step``'s arguments outside Dynamo)."""
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.utils import run_and_get_code
+
+    graphs, compiled = [], []
+
+    def backend(gm, example_inputs):
+        compiled.append(([n.name for n in gm.graph.nodes if n.op == "placeholder"], compile_fx(gm, example_inputs)))
+        return compiled[-1][1]
+
+    torch._dynamo.reset()
+    try:
+        with torch._inductor.config.patch(post_grad_custom_post_pass=_recording(SolvercastPass(time_limit=1), graphs),
+                                          force_disable_caches=True):
+            fn = torch.compile(step, backend=backend, fullgraph=True)
+            _, codes = run_and_get_code(lambda: fn(*args).backward())
+    finally:
+        torch._dynamo.reset()
+    (placeholders, forward), = compiled
+    position = {f"l_{name}_": i for i, name in enumerate(inspect.signature(step).parameters)}
+
+    def run(*values):  # Dynamo orders the graph's inputs by first use, not as step's parameters
+        return forward(*[values[position[name]] for name in placeholders])[0]
+
+    return graphs, codes, run
+
+
+@pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled")
+def test_small_fsdp_step_keeps_the_pass_order_and_the_values():
+    args = _fsdp_inputs()
+    graphs, codes, compiled = _compile_step(fsdp_step, args)
+    _check(graphs, codes)
+    # the values, forward and gradients, with deterministic stand-ins for the collectives
+    eager, pinned = _fsdp_inputs(), _fsdp_inputs()
+    with LocalCollectives():
+        expected = fsdp_step(*eager)
+        expected.backward()
+        got = compiled(*pinned)
+        got.backward()
+    assert torch.allclose(got, expected, rtol=1e-4, atol=1e-4)
+    for a, b in zip(pinned, eager):
+        assert b.grad is not None and b.grad.abs().max() > 0
+        assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-4)
+
+
+def _graph_with_a_hidden_all_reduce():
+    """``mm -> ar -> mm_1 (independent) -> wait -> relu -> mm_2 ; add`` (make_fx on fake tensors)."""
+
+    def step(x, w1, w2, w3):
+        r = C10D.all_reduce(x @ w1, "sum", GROUP)
+        b = x @ w2
+        return torch.relu(C10D.wait_tensor(r)) @ w3 + b
+
+    x = torch.randn(8, 16)
+    return make_fx(step, tracing_mode="fake")(x, torch.randn(16, 16), torch.randn(16, 16), torch.randn(16, 16))
+
+
+def test_pin_order_chains_collectives_waits_and_matmuls_and_keeps_the_values():
+    gm = _graph_with_a_hidden_all_reduce()
+    original = copy.deepcopy(gm)
+    order = [n.name for n in gm.graph.nodes if n.op != "get_attr"]
+    chain = [n.name for n in pinned_nodes(gm.graph)]
+    assert chain == ["mm", "all_reduce", "mm_1", "wait_tensor", "mm_2"]
+    assert pin_order(gm.graph) == len(chain) - 1
+    nodes, was = {n.name: n for n in gm.graph.nodes}, {n.name: n for n in original.graph.nodes}
+    assert [n.name for n in gm.graph.nodes if n.op != "get_attr"] == order  # nothing moved, nothing lost
+    assert not _is_control_deps(nodes[chain[0]])
+    for before, name in zip(chain, chain[1:]):  # each depends on the one before it, and runs its own op
+        assert _is_control_deps(nodes[name]) and nodes[name].args[0] == (nodes[before],)
+        assert _unwrapped(nodes[name]).target is was[name].target
+    gm.recompile()
+    args = random_inputs(original, seed=1)
+    assert all(torch.equal(a, b) for a, b in zip(run_local(original, args), run_local(gm, args)))
+
+
+def test_pin_order_leaves_a_graph_without_two_pinned_nodes():
+    gm = make_fx(lambda x: torch.relu(x) @ x, tracing_mode="fake")(torch.randn(4, 4))
+    code = gm.code
+    assert pin_order(gm.graph) == 0
+    gm.recompile()
+    assert gm.code == code
+
+
 @pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled")
 def test_llama_tp_order_reaches_the_generated_code():
-    _check("llama_tp", layers=1)
+    _check(*_compile_with_pass("llama_tp", layers=1))
 
 
 @pytest.mark.heavy
-@pytest.mark.xfail(strict=True, reason="issue 15, not done: Inductor moves the FSDP models' collectives and waits "
-                   "away from the pass's order (not reorder_for_peak_memory: also seen with it off); pinning the order "
-                   "with control deps as overlap_scheduling's insert_overlap_deps does is not implemented")
 @pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled")
 @pytest.mark.parametrize("name", ["simple_fsdp", "fsdp_tp"])
 def test_fsdp_models_order_reaches_the_generated_code(name):
-    _check(name, layers=1)
+    _check(*_compile_with_pass(name, layers=1))
