@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.fx as fx
 
-from ._tracing import fake_group
+from ._tracing import fake_group, restore_fake_groups
 
 __all__ = ["CaptureError", "capture_post_grad", "fake_mesh", "rename_groups"]
 
@@ -126,7 +126,8 @@ def fake_mesh(shape: Sequence[int], names: Sequence[str]) -> Iterator[Any]:
         yield DeviceMesh("cpu", torch.arange(ranks).view(tuple(shape)), mesh_dim_names=tuple(names))
     finally:
         if owned:
-            dist.destroy_process_group()
+            dist.destroy_process_group()  # which unregisters every group, solvercast's fake ones too:
+            restore_fake_groups()  # graphs built before this one name them
 
 
 def rename_groups(gm: fx.GraphModule, names: dict[str, str]) -> None:

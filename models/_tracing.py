@@ -151,6 +151,15 @@ def fake_group(world_size: int, tag: str = "") -> str:
         return name
 
 
+def restore_fake_groups() -> None:
+    """Register again every fake group made so far that is no longer registered
+    (``dist.destroy_process_group()`` unregisters them all)."""
+    with _LOCK:
+        keys = list(_GROUPS)
+    for tag, world_size in keys:
+        fake_group(world_size, tag)
+
+
 def group_is_registered(world_size: int, tag: str = "") -> bool:
     """True when :func:`fake_group` could register a real (fake-backend) group,
     i.e. graphs using it can be executed eagerly."""
