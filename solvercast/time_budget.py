@@ -6,7 +6,8 @@ budget for the heuristics (`solvercast.heuristics.work`) and the same determinis
 hence the same schedule. The wall clock only caps the solver (where it ends the search, the report says
 so) and never decides anything else.
 
-Fixed costs (extraction with the baseline's simulation and bounds, lowering) are predicted per task
+Fixed costs (extraction with the baseline's simulation, lowering, and the structural bounds when the limit
+pays for them) are predicted per task
 from measurements on the reference machine (2 cores; experiments/results/time_limit.md), and what is
 left is shared: the heuristics may spend `HEURISTIC_SHARE` of it when a solver follows (all of it
 otherwise), as a work budget; the solver gets the rest of it, less what the heuristics spent by the
@@ -17,12 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: seconds per task of extraction, the baseline's simulation and the bounds (measured at 10,000 and 40,000
-#: tasks, experiments/results/time_limit.md: 1.5-2.0e-4)
-EXTRACT_SECONDS_PER_TASK = 1.6e-4
+#: seconds per task of extraction and the baseline's simulation (quiet 2-core machine, 10,000 and 40,000 tasks:
+#: 7.3-7.4e-5, experiments/results/time_limit.md)
+EXTRACT_SECONDS_PER_TASK = 8.0e-5
 #: seconds per task of lowering and the report: one compute stream; several (cross-stream edges get
-#: anchor ops and events)
-LOWERING_SECONDS_PER_TASK = (1.2e-4, 1.0e-3)
+#: anchor ops and events); measured 3.1-5.0e-5 and 7.2-8.8e-5 from 10,000 to 40,000 tasks
+LOWERING_SECONDS_PER_TASK = (5.0e-5, 9.0e-5)
+#: seconds per task of the structural bounds (sequencing, windows; the report's gap only): 2.9-4.9e-5
+STRUCTURAL_BOUNDS_SECONDS_PER_TASK = 5.0e-5
 #: seconds every call costs whatever its size (imports on first use, the report)
 FIXED_SECONDS = 0.05
 #: share of the time left after the fixed costs that the heuristics may spend when a solver follows
@@ -42,6 +45,9 @@ class TimePlan:
     heuristic_seconds: float  # the heuristics' share, as a work budget: `heuristic_work`
     left_seconds: float  # the time after the fixed costs, for heuristics and solver
     solver_follows: bool
+    # the structural bounds are computed (and counted in the fixed costs) only when the limit pays for
+    # them and leaves as much again for the search: they sharpen the report, not the schedule
+    structural_bounds: bool = True
 
     @property
     def heuristic_work(self) -> float:
@@ -61,7 +67,11 @@ def plan_time(time_limit: float, num_tasks: int, compute_streams: int, solver_fo
     """Share ``time_limit`` among the phases of one `optimize` call (see the module doc)."""
     lowering = FIXED_SECONDS + num_tasks * LOWERING_SECONDS_PER_TASK[compute_streams > 1]
     fixed = lowering + num_tasks * EXTRACT_SECONDS_PER_TASK
+    bounds = num_tasks * STRUCTURAL_BOUNDS_SECONDS_PER_TASK
+    structural = time_limit - fixed >= 2 * bounds
+    if structural:
+        fixed += bounds
     left = max(0.0, time_limit - fixed)
     return TimePlan(time_limit=time_limit, fixed_seconds=fixed, lowering_seconds=lowering,
                     heuristic_seconds=left * HEURISTIC_SHARE if solver_follows else left, left_seconds=left,
-                    solver_follows=solver_follows)
+                    solver_follows=solver_follows, structural_bounds=structural)

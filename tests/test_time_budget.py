@@ -11,7 +11,7 @@ from solvercast.bounds import lower_bounds
 from solvercast.lower import lower
 from solvercast.models import build
 from solvercast.testing import random_problem
-from solvercast.time_budget import MIN_SOLVER_SECONDS, plan_time
+from solvercast.time_budget import MIN_SOLVER_SECONDS, STRUCTURAL_BOUNDS_SECONDS_PER_TASK, plan_time
 
 
 @pytest.fixture(scope="module")
@@ -81,10 +81,14 @@ def test_nondelay_stops_its_passes_under_a_memory_budget(problem):
 
 
 @pytest.mark.parametrize("limit,tasks,streams,solver", [(10, 300, 1, True), (1, 10000, 1, True), (10, 10000, 2, True),
-                                                        (5, 1000, 1, False), (0.001, 10, 1, True)])
+                                                        (5, 1000, 1, False), (0.001, 10, 1, True), (5, 36000, 1, True)])
 def test_plan_shares_what_the_fixed_costs_leave(limit, tasks, streams, solver):
     plan = plan_time(limit, tasks, streams, solver)
     assert plan.fixed_seconds > plan.lowering_seconds > 0
+    # the structural bounds are paid for only where they leave as much again for the search
+    bounds = tasks * STRUCTURAL_BOUNDS_SECONDS_PER_TASK
+    without = plan.fixed_seconds - (bounds if plan.structural_bounds else 0)
+    assert plan.structural_bounds == (limit - without >= 2 * bounds)
     assert plan.left_seconds == pytest.approx(max(0.0, limit - plan.fixed_seconds))
     assert 0 <= plan.heuristic_seconds <= plan.left_seconds
     solver_time = plan.solver_seconds(0.0)
