@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 
 from ortools.sat.python import cp_model
@@ -38,6 +39,17 @@ DETERMINISTIC_UNITS_PER_SECOND = 0.1
 
 #: with several streams, how many of the newest solutions CP-SAT reported are simulated to pick the best
 KEPT_SOLUTIONS_JUDGED = 32
+#: ... and at most this many task simulations in all (validate: ~1e-5 s per task, so 32 solutions of 3,000
+#: tasks would take ~1 s after the solver's deadline); a count, not a clock: the same choice on every rank
+JUDGED_TASKS = 20_000
+#: seconds per task of `validate` (measured 0.9e-5 at 1,000 and 3,000 tasks, 2 streams, on the loaded
+#: 2-core machine): the wall clock the solver leaves for judging what it returns
+VALIDATE_SECONDS_PER_TASK = 1.0e-5
+
+
+def solutions_judged(num_tasks: int) -> int:
+    """How many of CP-SAT's newest solutions `solve_cpsat` simulates (several streams, a budget)."""
+    return max(1, min(KEPT_SOLUTIONS_JUDGED, JUDGED_TASKS // max(1, num_tasks)))
 
 
 #: share of the time limit CP-SAT's probing may take, in presolve and again in search (its defaults, 30 and
@@ -64,10 +76,10 @@ class _Solutions(cp_model.CpSolverSolutionCallback):
     their schedules for `best_valid`: re-simulation may push the last one over
     the budget (memory is judged over time there), or time an earlier one faster."""
 
-    def __init__(self, model: CpsatModel, say: Callable[[str], None] | None, factor: int, keep: bool):
+    def __init__(self, model: CpsatModel, say: Callable[[str], None] | None, factor: int, keep: int):
         super().__init__()
         self.model, self.say, self.factor, self.keep = model, say, factor, keep
-        self.schedules: list[Schedule] = []
+        self.schedules: deque[Schedule] = deque(maxlen=max(1, keep + 1))  # the newest, the final one's repeat too
 
     def on_solution_callback(self) -> None:
         if self.say:
@@ -170,9 +182,12 @@ def solve_cpsat(
     # The deterministic limit, which gives the same answer on every rank, normally ends the search
     # (DETERMINISTIC_UNITS_PER_SECOND); the wall clock caps the whole call at time_limit, or at the
     # caller's deadline: what building the model took is left out of the solver's share.
-    wall_cap = max(0.01, time_limit - (time.perf_counter() - t0))
+    # the wall cap leaves room for what follows the solve: the final solution's and the kept ones' validation
+    keep = not model.single_stream and budget is not None
+    after_solve = (2 + (solutions_judged(problem.num_tasks) if keep else 0)) * problem.num_tasks * VALIDATE_SECONDS_PER_TASK
+    wall_cap = max(0.01, time_limit - (time.perf_counter() - t0) - after_solve)
     if deadline is not None:
-        wall_cap = max(0.01, min(wall_cap, deadline - time.perf_counter()))
+        wall_cap = max(0.01, min(wall_cap, deadline - time.perf_counter() - after_solve))
     params.max_time_in_seconds = wall_cap
     # repair_hint helped at ~1k tasks in the prototype, but OR-Tools 9.15 sometimes aborts the whole
     # process with it ("Check failed: heuristics.fixed_search != nullptr", seen with and without
@@ -190,7 +205,7 @@ def solve_cpsat(
             solver.log_callback = log_progress
             params.log_to_stdout = False
     build_time = time.perf_counter() - build_started
-    callback = _Solutions(model, progress, factor, keep=not model.single_stream and budget is not None)
+    callback = _Solutions(model, progress, factor, keep=solutions_judged(problem.num_tasks) if keep else 0)
     status = solver.Solve(model.m, callback)
     wall = time.perf_counter() - t0
     name = solver.StatusName(status)
@@ -221,7 +236,7 @@ def solve_cpsat(
     final = model.extract(solver)
     objective = int(solver.Value(model.makespan)) * factor
     # the newest kept solutions, the final one's repeat left out: each costs a simulation
-    earlier = [c for c in callback.schedules[::-1][:KEPT_SOLUTIONS_JUDGED] if c != final]
+    earlier = [c for c in reversed(callback.schedules) if c != final][:solutions_judged(problem.num_tasks)]
     schedule, sim, errors = best_valid(problem, [final] + earlier, budget, left_shift)
     if schedule is None:
         if hint is None:  # with several streams, re-simulation can put every solution over the budget
