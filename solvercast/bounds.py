@@ -154,7 +154,7 @@ def _heads_and_tails(problem: Problem) -> tuple[list[int], list[int]]:
         for q in problem.sync_preds[t]:
             succs[q].append((t, _forced_sync(problem, q, t)))
     if problem.preserve_collective_order and problem.machine.comm_streams == 1:
-        chain = [c for c in problem.comm_tasks if problem.is_async_comm(c)]
+        chain = problem.async_chain
         for a, b in zip(chain, chain[1:]):
             succs[a].append((b, 0))
     head = [0] * n
@@ -237,21 +237,31 @@ def _chain_classes(problem: Problem, chain: list[int]) -> tuple[list[int], list[
 def window_bound(problem: Problem) -> int:
     """A makespan bound from the windows the collectives of a fixed order leave the GPU.
 
-    Valid when asynchronous collectives keep their order on one comm stream (`preserve_collective_order`
-    and one comm stream; with one comm stream per process group it would hold per group, for the chain of
-    that group's collectives, and is not computed here: with several comm streams any collective may take
-    any of them). Relaxation: each compute task keeps only two constraints, it must end before the first
-    collective it feeds is launched (an ancestor: the launch waits for its inputs, then the collective
-    starts ``sync`` later) and start ``sync`` after the last collective it depends on ends; the GPU runs
+    Valid when asynchronous collectives keep their order (`preserve_collective_order`): each comm stream
+    then runs its own collectives (those of the process groups it serves: an asynchronous collective is
+    pinned to its group's stream) in launch order, and the bound is the largest over the comm streams
+    of `_chain_window_bound` for that stream's chain, the compute stream(s) shared; the other streams'
+    collectives are left out, which only relaxes."""
+    if not problem.preserve_collective_order:
+        return 0
+    chains: dict[int, list[int]] = {}
+    for c in problem.async_chain:
+        chains.setdefault(problem.comm_stream(c), []).append(c)
+    return max((_chain_window_bound(problem, chain) for chain in chains.values()), default=0)
+
+
+def _chain_window_bound(problem: Problem, chain: list[int]) -> int:
+    """The window bound for ``chain``, collectives that one comm stream runs in this order.
+
+    Relaxation: each compute task keeps only two constraints, it must end before the first
+    collective of the chain it feeds is launched (an ancestor: the launch waits for its inputs, then the
+    collective starts ``sync`` later) and start ``sync`` after the last one it depends on ends; the GPU runs
     compute work preemptively (with several compute streams, its occupancy area), the comm stream runs the
     chain in order. Preemptive earliest-class-first on the GPU, each collective started as early as its
     class allows, finishes every set of classes as early as any schedule can, so the relaxed makespan
     (the GPU's last work, or the last collective's end plus the sync of its wait) bounds every schedule.
     What it adds to `sequencing_bound`: idle windows sum over the whole chain (the GPU waits on the
     collective it needs while the work that could fill the window is itself waiting on another one)."""
-    if not problem.preserve_collective_order or problem.machine.comm_streams != 1:
-        return 0
-    chain = [c for c in problem.comm_tasks if problem.is_async_comm(c)]
     if not chain:
         return 0
     sync = problem.machine.sync_overhead

@@ -52,23 +52,27 @@ def solutions_judged(num_tasks: int) -> int:
     return max(1, min(KEPT_SOLUTIONS_JUDGED, JUDGED_TASKS // max(1, num_tasks)))
 
 
-#: share of the time limit CP-SAT's probing may take, in presolve and again in search (its defaults, 30 and
-#: 1 deterministic units, took the whole 8 s of a 160-task FSDP solve before the hint was ever loaded:
-#: OR-Tools issue 3750, UNKNOWN with a complete feasible hint)
+#: share of the deterministic limit that CP-SAT's probing during the search may take (the defaults, 1 unit per
+#: round, may exceed a short limit)
 PROBING_SHARE = 0.1
 
 
 def bound_presolve(params, time_limit: float) -> None:
-    """Cap presolve and probing by a share of the limit, in deterministic units, so that the search (which
-    starts from the hint, loaded as the first solution right after presolve) keeps most of it."""
+    """No probing in presolve, and a share of the limit for probing during the search, so that the search
+    (which starts from the hint, loaded as the first solution right after presolve) keeps the limit.
+
+    Presolve probing is off (`cp_model_probing_level = 0`, which disables it whatever its deterministic
+    caps say, so none is set): its wall time runs far ahead of its deterministic time (measured on 2
+    shared cores: 4 s of wall for 0.05 units on fsdp_layers 8 layers and on 120-task random programs; with
+    CP-SAT's defaults it took the whole 8 s of a 160-task FSDP solve before the hint was loaded, OR-Tools
+    issue 3750), and without it the same solves prove their hint optimal in 0.6 s. That level does not
+    reach the probing of the search: SAT inprocessing (`inprocessing_probing_dtime`, in the one worker of a
+    deterministic solve) and probing workers (`probing_deterministic_time_limit`, with several workers), so
+    those are capped."""
+    params.cp_model_probing_level = 0
     units = time_limit * DETERMINISTIC_UNITS_PER_SECOND * PROBING_SHARE
-    params.presolve_probing_deterministic_time_limit = min(params.presolve_probing_deterministic_time_limit, units)
     params.probing_deterministic_time_limit = min(params.probing_deterministic_time_limit, units)
     params.inprocessing_probing_dtime = min(params.inprocessing_probing_dtime, units)
-    # and no probing at all: its wall time runs far ahead of its deterministic time (measured on 2 shared
-    # cores, 4 s of wall for 0.05 units on fsdp_layers 8 layers and on 120-task random programs), which made
-    # the deterministic limit meaningless; without it the same solves prove their hint optimal in 0.6 s
-    params.cp_model_probing_level = 0
 
 
 class _Solutions(cp_model.CpSolverSolutionCallback):

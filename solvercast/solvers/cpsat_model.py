@@ -353,7 +353,7 @@ class CpsatModel:
         p, n = self.p, self.n
         chain_pred: dict[int, int] = {}
         if p.preserve_collective_order:
-            chain = [c for c in p.comm_tasks if p.is_async_comm(c)]
+            chain = p.async_chain
             chain_pred = {b: a for a, b in zip(chain, chain[1:])}
         up = [0] * n
         for t in range(n):  # ids are topological, and the chain follows ids
@@ -412,7 +412,7 @@ class CpsatModel:
                                         f"pos_{p.tasks[t].name}")
         self._program_order_links()
         if p.preserve_collective_order:  # the launch order `_order_closure` relies on
-            chain = [c for c in p.comm_tasks if p.is_async_comm(c)]
+            chain = p.async_chain
             for a, b in zip(chain, chain[1:]):
                 m.Add(self.launch[b] >= self.launch[a])
         for a, b in self._unordered_pairs:
