@@ -26,16 +26,38 @@ from solvercast.solvers.cpsat_model import CpsatModel, model_horizon_cap
 from solvercast.solvers.result import Outcome, SolveResult, best_valid
 from solvercast.solvers.scope import Scope
 
-# CP-SAT deterministic time per second of the limit, one worker (deterministic mode). Measured per CPU second
-# of the solving process (the 2 cores were shared with four other jobs, so wall seconds ran 2-4x the CPU
-# seconds), OR-Tools 9.15, without probing, while the search runs: fsdp_layers 2 layers 0.36-0.48, 3 layers
-# 0.60, 4 layers 0.49-0.78, 6 layers 0.23-0.49, 8 layers 0.11-0.39; fuzz program 189 (21 tasks, 2 streams)
-# 0.29 (experiments/results/cpsat_budgets.md). 0.1 leaves a search that does not finish at 15-40% of the
-# limit on an idle core, but keeps the deterministic limit ahead of the wall clock on a loaded machine:
-# at 0.2 and 0.3, test_correctness's repeated solves (3 s) were ended by the wall clock with the cores
-# shared, and their schedules could differ. No constant gives 80-100% of the limit on every graph (the
-# rate varies 3-7x) and stays deterministic under load; the wall clock caps the call either way.
-DETERMINISTIC_UNITS_PER_SECOND = 0.1
+#: CP-SAT deterministic time per CPU second of its search, one worker (deterministic mode), by model kind
+#: (`model_kind`). Measured with OR-Tools 9.15 on the shared 2-core machine, per CPU second of the solving
+#: process less its presolve (`experiments/cpsat_rate.py`; experiments/results/cpsat_budgets.md): within a
+#: kind the rate varies about 2x from run to run with the machine's load (lower when the cores are busier),
+#: more than between graphs of the kind (one compute stream with memory over positions: fsdp_layers 2-6
+#: layers, fsdp_tp: 0.19-0.9, 0.45-0.9 on the quieter runs), while the kinds differ (program times: 0.1-0.46;
+#: several compute streams: 0.03-0.15), which one constant could not follow (0.1 used 17% of the README's
+#: 10 s run). The values lean to the quieter runs: on a loaded machine the wall clock may end the search.
+SEARCH_UNITS_PER_SECOND = {"positions": 0.6, "program_times": 0.3, "streams": 0.12}
+#: CPU seconds per model constraint that earn no deterministic time: building the model in Python and
+#: CP-SAT's presolve and loading (measured 1.5-5.5e-5 for presolve, ~3e-5 for the build)
+OVERHEAD_SECONDS_PER_CONSTRAINT = 6e-5
+#: share of the seconds given that the deterministic limit aims at (the rest absorbs the rates' spread; past
+#: the seconds given, the wall clock ends the search and the schedule may differ between runs)
+LIMIT_SHARE = 0.9
+
+
+def model_kind(model: CpsatModel) -> str:
+    """Which rate of SEARCH_UNITS_PER_SECOND applies to ``model``."""
+    if not model.single_stream:
+        return "streams"
+    return "positions" if model.positions else "program_times"
+
+
+def deterministic_limit(seconds: float, model: CpsatModel) -> float:
+    """CP-SAT's deterministic limit for a solve of ``model`` that may take ``seconds``: the search rate of
+    its kind times the seconds its size leaves after building and presolve, times LIMIT_SHARE. It
+    depends only on the model (its kind and constraint count), never on a clock: the same on every rank."""
+    constraints = len(model.m.Proto().constraints)
+    search = max(0.0, seconds - OVERHEAD_SECONDS_PER_CONSTRAINT * constraints)
+    return max(1e-3, SEARCH_UNITS_PER_SECOND[model_kind(model)] * search * LIMIT_SHARE)
+
 
 #: with several streams, how many of the newest solutions CP-SAT reported are simulated to pick the best
 KEPT_SOLUTIONS_JUDGED = 32
@@ -52,12 +74,12 @@ def solutions_judged(num_tasks: int) -> int:
     return max(1, min(KEPT_SOLUTIONS_JUDGED, JUDGED_TASKS // max(1, num_tasks)))
 
 
-#: share of the deterministic limit that CP-SAT's probing during the search may take (the defaults, 1 unit per
+#: share of the deterministic limit (``units``) that CP-SAT's probing during the search may take (the defaults, 1 unit per
 #: round, may exceed a short limit)
 PROBING_SHARE = 0.1
 
 
-def bound_presolve(params, time_limit: float) -> None:
+def bound_presolve(params, units: float) -> None:
     """No probing in presolve, and a share of the limit for probing during the search, so that the search
     (which starts from the hint, loaded as the first solution right after presolve) keeps the limit.
 
@@ -70,9 +92,9 @@ def bound_presolve(params, time_limit: float) -> None:
     deterministic solve) and probing workers (`probing_deterministic_time_limit`, with several workers), so
     those are capped."""
     params.cp_model_probing_level = 0
-    units = time_limit * DETERMINISTIC_UNITS_PER_SECOND * PROBING_SHARE
-    params.probing_deterministic_time_limit = min(params.probing_deterministic_time_limit, units)
-    params.inprocessing_probing_dtime = min(params.inprocessing_probing_dtime, units)
+    share = units * PROBING_SHARE
+    params.probing_deterministic_time_limit = min(params.probing_deterministic_time_limit, share)
+    params.inprocessing_probing_dtime = min(params.inprocessing_probing_dtime, share)
 
 
 class _Solutions(cp_model.CpSolverSolutionCallback):
@@ -115,8 +137,8 @@ def solve_cpsat(
 
     ``memory_budget`` defaults to the problem's machine budget. With
     ``deterministic`` the time limit is CP-SAT's deterministic time (same
-    answer on every run and rank) instead of wall-clock seconds, converted at
-    DETERMINISTIC_UNITS_PER_SECOND; the wall clock still caps the call at
+    answer on every run and rank) instead of wall-clock seconds, converted by
+    `deterministic_limit`; the wall clock still caps the call at
     ``time_limit``, and ``stats["stopped_by_wall_clock"]`` says when that cap,
     which is not deterministic, ended the search. ``progress`` receives a line
     per improved solution. ``fixed_order``: tasks kept in the hint's relative
@@ -180,13 +202,14 @@ def solve_cpsat(
         # searching after its last subsolver finished at 0.09 s until the wall cap at 0.87 s. A single
         # worker honours the deterministic limit and stops at a proof.
         params.num_workers = 1
-        params.max_deterministic_time = time_limit * DETERMINISTIC_UNITS_PER_SECOND
+        units = deterministic_limit(time_limit, model)
+        params.max_deterministic_time = units
     else:
         params.num_workers = workers
+        units = time_limit * SEARCH_UNITS_PER_SECOND[model_kind(model)]  # for the probing caps only
     # The deterministic limit, which gives the same answer on every rank, normally ends the search
-    # (DETERMINISTIC_UNITS_PER_SECOND); the wall clock caps the whole call at time_limit, or at the
-    # caller's deadline: what building the model took is left out of the solver's share.
-    # the wall cap leaves room for what follows the solve: the final solution's and the kept ones' validation
+    # (`deterministic_limit`); the wall clock caps the whole call at time_limit, or at the caller's
+    # deadline: what building the model took is left out of the solver's share, and the cap leaves room for what follows the solve: the final solution's and the kept ones' validation
     keep = not model.single_stream and budget is not None
     after_solve = (2 + (solutions_judged(problem.num_tasks) if keep else 0)) * problem.num_tasks * VALIDATE_SECONDS_PER_TASK
     wall_cap = max(0.01, time_limit - (time.perf_counter() - t0) - after_solve)
@@ -197,7 +220,7 @@ def solve_cpsat(
     # process with it ("Check failed: heuristics.fixed_search != nullptr", seen with and without
     # fixed_order when the time limit falls early): off unless asked for.
     params.repair_hint = bool(repair_hint and hint is not None)
-    bound_presolve(params, time_limit)
+    bound_presolve(params, units)
     if debug_hint and hint is not None:
         model.check_hint()
         # and CP-SAT aborts the process if its presolve turns the feasible hint infeasible (OR-Tools
@@ -224,7 +247,9 @@ def solve_cpsat(
     bound = int(solver.BestObjectiveBound()) if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and exact else None
     stopped_by_wall = deterministic and status != cp_model.OPTIMAL and solver.WallTime() >= wall_cap * 0.98
     stats = {"scale": factor, "stopped_by_wall_clock": stopped_by_wall, "build_time": build_time,
-             "deterministic_time": solver.deterministic_time, "solver_wall_time": solver.WallTime(), "variables": len(model.m.Proto().variables),
+             "deterministic_time": solver.deterministic_time, "deterministic_limit": units if deterministic else None,
+             "seconds_given": time_limit,
+             "solver_wall_time": solver.WallTime(), "variables": len(model.m.Proto().variables),
              "constraints": len(model.m.Proto().constraints), "branches": solver.NumBranches()}
 
     outcome = Outcome(hint, hint_sim, wall, name, stats)
