@@ -34,7 +34,7 @@ from solvercast.solvers.scope import Scope
 #: layers, fsdp_tp: 0.19-0.9, 0.45-0.9 on the quieter runs), while the kinds differ (program times: 0.1-0.46;
 #: several compute streams: 0.03-0.15), which one constant could not follow (0.1 used 17% of the README's
 #: 10 s run). The values lean to the quieter runs: on a loaded machine the wall clock may end the search.
-SEARCH_UNITS_PER_SECOND = {"positions": 0.6, "program_times": 0.3, "streams": 0.12}
+SEARCH_UNITS_PER_SECOND = {"positions": 0.5, "program_times": 0.3, "streams": 0.1}
 #: CPU seconds per model constraint that earn no deterministic time: building the model in Python and
 #: CP-SAT's presolve and loading (measured 1.5-5.5e-5 for presolve, ~3e-5 for the build)
 OVERHEAD_SECONDS_PER_CONSTRAINT = 6e-5
