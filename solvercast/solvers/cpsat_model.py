@@ -62,8 +62,10 @@ from solvercast.solvers.scope import Scope
 OCCUPANCY_SCALE = 1000
 #: the position model orders every pair of default-stream items that dependencies leave unordered with one
 #: literal; past this many pairs it falls back to program times: building the pairs in Python then costs more than it
-#: saves (fsdp_layers 4 layers: ~2,000 pairs; synthetic 300 tasks: ~20,000 pairs, 80,000 constraints, seconds to build)
-MAX_POSITION_PAIRS = 5_000
+#: saves (fsdp_layers 4 layers: ~2,000 pairs; synthetic 300 tasks: ~20,000 pairs, 80,000 constraints, seconds to build).
+#: 8,000 takes in simple_fsdp 2 layers (5,877 pairs: 25,000 constraints, built in 0.4 s; 284.3 -> 282.3 us in 10 s
+#: where program times kept the warm start) and fsdp_layers 8 layers (6,066)
+MAX_POSITION_PAIRS = 8_000
 
 
 def model_horizon_cap(num_tasks: int) -> int:
