@@ -27,14 +27,17 @@ from solvercast.solvers.result import Outcome, SolveResult, best_valid
 from solvercast.solvers.scope import Scope
 
 #: CP-SAT deterministic time per CPU second of its search, one worker (deterministic mode), by model kind
-#: (`model_kind`). Measured with OR-Tools 9.15 on the shared 2-core machine, per CPU second of the solving
-#: process less its presolve (`experiments/cpsat_rate.py`; experiments/results/cpsat_budgets.md): within a
-#: kind the rate varies about 2x from run to run with the machine's load (lower when the cores are busier),
-#: more than between graphs of the kind (one compute stream with memory over positions: fsdp_layers 2-6
-#: layers, fsdp_tp: 0.19-0.9, 0.45-0.9 on the quieter runs), while the kinds differ (program times: 0.1-0.46;
-#: several compute streams: 0.03-0.15), which one constant could not follow (0.1 used 17% of the README's
-#: 10 s run). The values lean to the quieter runs: on a loaded machine the wall clock may end the search.
-SEARCH_UNITS_PER_SECOND = {"positions": 0.5, "program_times": 0.3, "streams": 0.1}
+#: (`model_kind`), measured with OR-Tools 9.15 on the 2-core machine while it was quiet (the solving process
+#: had a whole core: `experiments/cpsat_rate.py`, results/cpsat_rate_run3_quiet.csv; on the shared cores
+#: the rate per CPU second was 2-3x lower). One compute stream with memory over positions (the default
+#: run): the rate grows with the model, about 0.7 per decade of constraints (fsdp_layers 2 layers, 2,734
+#: constraints: 0.52; 4 layers, 8,176: 1.01; 8 layers, 27,172: 1.37; fsdp_tp 21,224: 1.24; simple_fsdp
+#: 24,935: 0.66, the outlier), so `search_rate` takes it from the constraint count; several compute
+#: streams: 0.10-0.44, no trend (median 0.25); program times (past MAX_POSITION_PAIRS, windows, fixed
+#: orders): 0.1-0.47 on the shared cores, 0.45 assumed when quiet.
+SEARCH_UNITS_PER_SECOND = {"positions": (0.5, 0.7), "program_times": (0.45, 0.0), "streams": (0.25, 0.0)}
+#: (rate at 2,734 constraints, change per decade of constraints), clipped to this range
+SEARCH_RATE_RANGE = (0.2, 1.3)
 #: CPU seconds per model constraint that earn no deterministic time: building the model in Python and
 #: CP-SAT's presolve and loading (measured 1.5-5.5e-5 for presolve, ~3e-5 for the build)
 OVERHEAD_SECONDS_PER_CONSTRAINT = 6e-5
@@ -44,19 +47,27 @@ LIMIT_SHARE = 0.9
 
 
 def model_kind(model: CpsatModel) -> str:
-    """Which rate of SEARCH_UNITS_PER_SECOND applies to ``model``."""
+    """Which entry of SEARCH_UNITS_PER_SECOND applies to ``model``."""
     if not model.single_stream:
         return "streams"
     return "positions" if model.positions else "program_times"
 
 
+def search_rate(kind: str, constraints: int) -> float:
+    """Predicted deterministic units per CPU second of a search over a model of ``kind`` and this many
+    constraints (SEARCH_UNITS_PER_SECOND)."""
+    at_reference, per_decade = SEARCH_UNITS_PER_SECOND[kind]
+    rate = at_reference + per_decade * math.log10(max(1, constraints) / 2734)
+    return min(SEARCH_RATE_RANGE[1], max(SEARCH_RATE_RANGE[0], rate))
+
+
 def deterministic_limit(seconds: float, model: CpsatModel) -> float:
-    """CP-SAT's deterministic limit for a solve of ``model`` that may take ``seconds``: the search rate of
-    its kind times the seconds its size leaves after building and presolve, times LIMIT_SHARE. It
-    depends only on the model (its kind and constraint count), never on a clock: the same on every rank."""
+    """CP-SAT's deterministic limit for a solve of ``model`` that may take ``seconds``: the predicted search
+    rate (`search_rate`) times the seconds its size leaves after building and presolve, times LIMIT_SHARE.
+    It depends only on the model (its kind and constraint count), never on a clock: the same on every rank."""
     constraints = len(model.m.Proto().constraints)
     search = max(0.0, seconds - OVERHEAD_SECONDS_PER_CONSTRAINT * constraints)
-    return max(1e-3, SEARCH_UNITS_PER_SECOND[model_kind(model)] * search * LIMIT_SHARE)
+    return max(1e-3, search_rate(model_kind(model), constraints) * search * LIMIT_SHARE)
 
 
 #: with several streams, how many of the newest solutions CP-SAT reported are simulated to pick the best
@@ -75,8 +86,11 @@ def solutions_judged(num_tasks: int) -> int:
 
 
 #: share of the deterministic limit (``units``) that CP-SAT's probing during the search may take (the defaults, 1 unit per
-#: round, may exceed a short limit)
+#: round, may exceed a short limit), and at most PROBING_UNITS a round: with 0.69 units a round (10% of the
+#: README run's limit) fsdp_layers 4 layers kept its 246.7 us warm start in 6.9 units; with 0.3 it proves
+#: the optimum, 242.6 us, after 4.55 units (4.9 s)
 PROBING_SHARE = 0.1
+PROBING_UNITS = 0.3
 
 
 def bound_presolve(params, units: float) -> None:
@@ -92,7 +106,7 @@ def bound_presolve(params, units: float) -> None:
     deterministic solve) and probing workers (`probing_deterministic_time_limit`, with several workers), so
     those are capped."""
     params.cp_model_probing_level = 0
-    share = units * PROBING_SHARE
+    share = min(PROBING_UNITS, units * PROBING_SHARE)
     params.probing_deterministic_time_limit = min(params.probing_deterministic_time_limit, share)
     params.inprocessing_probing_dtime = min(params.inprocessing_probing_dtime, share)
 
@@ -206,7 +220,7 @@ def solve_cpsat(
         params.max_deterministic_time = units
     else:
         params.num_workers = workers
-        units = time_limit * SEARCH_UNITS_PER_SECOND[model_kind(model)]  # for the probing caps only
+        units = time_limit * search_rate(model_kind(model), len(model.m.Proto().constraints))  # probing caps
     # The deterministic limit, which gives the same answer on every rank, normally ends the search
     # (`deterministic_limit`); the wall clock caps the whole call at time_limit, or at the caller's
     # deadline: what building the model took is left out of the solver's share, and the cap leaves room for what follows the solve: the final solution's and the kept ones' validation
