@@ -42,8 +42,9 @@ SEARCH_RATE_RANGE = (0.2, 1.3)
 #: CP-SAT's presolve and loading (measured 1.5-5.5e-5 for presolve, ~3e-5 for the build)
 OVERHEAD_SECONDS_PER_CONSTRAINT = 6e-5
 #: share of the seconds given that the deterministic limit aims at (the rest absorbs the rates' spread; past
-#: the seconds given, the wall clock ends the search and the schedule may differ between runs)
-LIMIT_SHARE = 0.9
+#: the seconds given, the wall clock ends the search and the schedule may differ between runs: at 0.9 the
+#: solver fingerprint's fsdp_layers 2 layers, 8 s, the slow end of the fit, was ended by the wall clock)
+LIMIT_SHARE = 0.8
 
 
 def model_kind(model: CpsatModel) -> str:
@@ -85,10 +86,10 @@ def solutions_judged(num_tasks: int) -> int:
     return max(1, min(KEPT_SOLUTIONS_JUDGED, JUDGED_TASKS // max(1, num_tasks)))
 
 
-#: share of the deterministic limit (``units``) that CP-SAT's probing during the search may take (the defaults, 1 unit per
-#: round, may exceed a short limit), and at most PROBING_UNITS a round: with 0.69 units a round (10% of the
-#: README run's limit) fsdp_layers 4 layers kept its 246.7 us warm start in 6.9 units; with 0.3 it proves
-#: the optimum, 242.6 us, after 4.55 units (4.9 s)
+#: share of the deterministic limit (``units``) that CP-SAT's probing during the search may take (its defaults,
+#: 1 unit a round, may exceed a short limit), and at most PROBING_UNITS a round: with 0.69 units a round (10%
+#: of the README run's limit) fsdp_layers 4 layers kept its 246.7 us warm start in 6.9 units; with 0.3 it
+#: proves the optimum, 242.6 us, after 4.55 units (4.9 s)
 PROBING_SHARE = 0.1
 PROBING_UNITS = 0.3
 
@@ -223,9 +224,11 @@ def solve_cpsat(
         units = time_limit * search_rate(model_kind(model), len(model.m.Proto().constraints))  # probing caps
     # The deterministic limit, which gives the same answer on every rank, normally ends the search
     # (`deterministic_limit`); the wall clock caps the whole call at time_limit, or at the caller's
-    # deadline: what building the model took is left out of the solver's share, and the cap leaves room for what follows the solve: the final solution's and the kept ones' validation
+    # deadline: what building the model took is left out of the solver's share, and the cap leaves room for
+    # what follows the solve (validating the final solution and the kept ones)
     keep = not model.single_stream and budget is not None
-    after_solve = (2 + (solutions_judged(problem.num_tasks) if keep else 0)) * problem.num_tasks * VALIDATE_SECONDS_PER_TASK
+    judged = 2 + (solutions_judged(problem.num_tasks) if keep else 0)
+    after_solve = judged * problem.num_tasks * VALIDATE_SECONDS_PER_TASK
     wall_cap = max(0.01, time_limit - (time.perf_counter() - t0) - after_solve)
     if deadline is not None:
         wall_cap = max(0.01, min(wall_cap, deadline - time.perf_counter() - after_solve))
