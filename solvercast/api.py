@@ -101,9 +101,48 @@ def optimize(
                                  method=method, preserve_collective_order=preserve_collective_order,
                                  deterministic=deterministic, comm_ops=comm_ops, cost_fn=cost_fn, cost_model=cost_model,
                                  progress=progress)
+    started = time.perf_counter()
+    extracted = extract_for_optimize(gm, device=device, compute_streams=compute_streams, comm_ops=comm_ops,
+                                     cost_fn=cost_fn, cost_model=cost_model,
+                                     preserve_collective_order=preserve_collective_order)
+    return optimize_extracted(gm, extracted, time_limit, memory_budget, method, deterministic, started=started,
+                              cost_model=cost_model, progress=progress)
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """What `optimize` learns from the graph before any budget: the problem (no budget yet), the
+    original order's schedule and simulation, and the seconds extraction took. `solvercast.pareto` reuses
+    it for every budget."""
+    problem: Problem
+    original: Schedule
+    baseline: SimResult
+    seconds: float
+
+
+def extract_for_optimize(gm: fx.GraphModule, *, device="h100", compute_streams: int = 1, comm_ops=None,
+                         cost_fn=None, cost_model=None, preserve_collective_order: bool = True) -> Extracted:
+    """`optimize`'s first phase: extract the problem and simulate the original order."""
+    t0 = time.perf_counter()
+    problem = extract_problem(gm, device=device, compute_streams=compute_streams, comm_ops=comm_ops,
+                              cost_fn=cost_fn, preserve_collective_order=preserve_collective_order,
+                              cost_model=cost_model)
+    original = Schedule.original(problem)
+    return Extracted(problem, original, simulate(problem, original), time.perf_counter() - t0)
+
+
+def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: float = 10.0,
+                       memory_budget: int | float | None = None, method: str = "auto", deterministic: bool = True,
+                       *, started: float | None = None, cost_model=None,
+                       progress: Callable[[str], None] | None = None) -> OptimizeResult:
+    """`optimize` from an `Extracted` graph (``gm`` is the graph it came from): the rest of the call, under
+    one memory budget. ``started``: the `time.perf_counter` reading the ``time_limit`` counts from (the
+    call's start, extraction included; default now)."""
+    _check_arguments(method, time_limit)
     requested = method
+    start_all = time.perf_counter() if started is None else started
+    deadline = start_all + time_limit
     clock = time.perf_counter()
-    deadline = clock + time_limit
 
     def tell(msg: str) -> None:  # every progress line says how much of the limit is left
         progress(f"{msg} [{max(0.0, deadline - time.perf_counter()):.1f} s of {time_limit:g} s left]")
@@ -118,12 +157,9 @@ def optimize(
         phases[name] = phases.get(name, 0.0) + now - clock
         clock = now
 
-    start_all = clock
-    problem = extract_problem(gm, device=device, compute_streams=compute_streams, comm_ops=comm_ops,
-                              cost_fn=cost_fn, preserve_collective_order=preserve_collective_order,
-                              cost_model=cost_model)
-    original = Schedule.original(problem)
-    baseline = simulate(problem, original)
+    problem, original, baseline = extracted.problem, extracted.original, extracted.baseline
+    if started is not None:  # this call extracted: charge it
+        phases["extract"] = extracted.seconds
     budget = resolve_budget(memory_budget, lambda: baseline.peak_memory, default=baseline.peak_memory)
     problem = problem.with_budget(budget)
     if method == "auto":

@@ -87,7 +87,8 @@ def lower_bounds(problem: Problem, structural: bool = True) -> Bounds:
     area = sum(problem.tasks[t].duration * problem.tasks[t].occupancy for t in compute_like)
     compute = max(-(-work // machine.compute_streams), int(area))
     comm_work = sum(problem.tasks[c].duration for c in problem.wait_of)
-    comm = -(-comm_work // machine.comm_streams)
+    comm = max([-(-comm_work // machine.comm_streams)]  # and each comm stream runs its own collectives
+               + [sum(problem.tasks[c].duration for c in chain) for chain in comm_stream_chains(problem).values()])
 
     # memory: at each task's step, everything it touches is resident, besides the inputs that always are
     resident = problem.resident_bytes
@@ -156,10 +157,10 @@ def _heads_and_tails(problem: Problem) -> tuple[list[int], list[int]]:
     for t in range(n):
         for q in problem.sync_preds[t]:
             succs[q].append((t, _forced_sync(problem, q, t)))
-    if problem.preserve_collective_order and problem.machine.comm_streams == 1:
-        chain = [c for c in problem.comm_tasks if problem.is_async_comm(c)]
-        for a, b in zip(chain, chain[1:]):
-            succs[a].append((b, 0))
+    if problem.preserve_collective_order:  # each comm stream runs its collectives in launch order
+        for chain in comm_stream_chains(problem).values():
+            for a, b in zip(chain, chain[1:]):
+                succs[a].append((b, 0))
     head = [0] * n
     for t in range(n):  # ids are a topological order, and the chain follows ids
         if t in problem.wait_of:  # launched after its ancestors' work, started sync after that
@@ -201,8 +202,8 @@ def _preemptive_sequence(jobs: list[tuple[int, int, int]]) -> int:
 
 
 def sequencing_bound(problem: Problem) -> int:
-    """A makespan bound from sequencing the GPU's compute work (and, with one comm stream, the
-    collectives) with heads and tails.
+    """A makespan bound from sequencing the GPU's compute work (and each comm stream's collectives) with
+    heads and tails.
 
     Compute work shares the GPU: with one compute stream tasks run one at a time, with several their
     occupancy area fits under 1. Either way, the compute tasks of any set S all run between the least
@@ -215,10 +216,18 @@ def sequencing_bound(problem: Problem) -> int:
     work = _compute_work(problem)
     compute = [(head[t], work[t], tail[t]) for t in range(problem.num_tasks) if work[t]]
     best = _preemptive_sequence(compute)
-    if problem.machine.comm_streams == 1:
-        comm = [(head[c], problem.tasks[c].duration, tail[c]) for c in problem.wait_of]
-        best = max(best, _preemptive_sequence(comm))
+    for chain in comm_stream_chains(problem).values():  # one collective at a time on each comm stream
+        best = max(best, _preemptive_sequence([(head[c], problem.tasks[c].duration, tail[c]) for c in chain]))
     return best
+
+
+def comm_stream_chains(problem: Problem) -> dict[int, list[int]]:
+    """Comm stream -> the asynchronous collectives it runs (each is pinned to its process group's stream),
+    in original order: with `preserve_collective_order`, the order it runs them in."""
+    chains: dict[int, list[int]] = {}
+    for c in problem.async_chain:
+        chains.setdefault(problem.comm_stream(c), []).append(c)
+    return chains
 
 
 def _chain_classes(problem: Problem, chain: list[int]) -> tuple[list[int], list[int]]:
@@ -240,21 +249,28 @@ def _chain_classes(problem: Problem, chain: list[int]) -> tuple[list[int], list[
 def window_bound(problem: Problem) -> int:
     """A makespan bound from the windows the collectives of a fixed order leave the GPU.
 
-    Valid when asynchronous collectives keep their order on one comm stream (`preserve_collective_order`
-    and one comm stream; with one comm stream per process group it would hold per group, for the chain of
-    that group's collectives, and is not computed here: with several comm streams any collective may take
-    any of them). Relaxation: each compute task keeps only two constraints, it must end before the first
-    collective it feeds is launched (an ancestor: the launch waits for its inputs, then the collective
-    starts ``sync`` later) and start ``sync`` after the last collective it depends on ends; the GPU runs
+    Valid when asynchronous collectives keep their order (`preserve_collective_order`): each comm stream
+    then runs its own collectives (those of the process groups it serves: an asynchronous collective is
+    pinned to its group's stream) in launch order, and the bound is the largest over the comm streams
+    of `_chain_window_bound` for that stream's chain, the compute stream(s) shared; the other streams'
+    collectives are left out, which only relaxes."""
+    if not problem.preserve_collective_order:
+        return 0
+    return max((_chain_window_bound(problem, chain) for chain in comm_stream_chains(problem).values()), default=0)
+
+
+def _chain_window_bound(problem: Problem, chain: list[int]) -> int:
+    """The window bound for ``chain``, collectives that one comm stream runs in this order.
+
+    Relaxation: each compute task keeps only two constraints, it must end before the first
+    collective of the chain it feeds is launched (an ancestor: the launch waits for its inputs, then the
+    collective starts ``sync`` later) and start ``sync`` after the last one it depends on ends; the GPU runs
     compute work preemptively (with several compute streams, its occupancy area), the comm stream runs the
     chain in order. Preemptive earliest-class-first on the GPU, each collective started as early as its
     class allows, finishes every set of classes as early as any schedule can, so the relaxed makespan
     (the GPU's last work, or the last collective's end plus the sync of its wait) bounds every schedule.
     What it adds to `sequencing_bound`: idle windows sum over the whole chain (the GPU waits on the
     collective it needs while the work that could fill the window is itself waiting on another one)."""
-    if not problem.preserve_collective_order or problem.machine.comm_streams != 1:
-        return 0
-    chain = [c for c in problem.comm_tasks if problem.is_async_comm(c)]
     if not chain:
         return 0
     sync = problem.machine.sync_overhead

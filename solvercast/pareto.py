@@ -68,17 +68,24 @@ def _mark_dominated(points: list[FrontierPoint]) -> tuple[FrontierPoint, ...]:
 def pareto(gm, memory_budgets, time_limit: float = 10.0, **options) -> Frontier:
     """Optimize ``gm`` under each of ``memory_budgets`` (each as `optimize` reads one: bytes, a ratio of
     the original peak, ``math.inf`` or None for no budget), ``time_limit / len(memory_budgets)`` seconds
-    each; ``options`` are `optimize`'s. Returns the `Frontier`. Raises ValueError for an empty list; an
-    infeasible budget raises `InfeasibleBudgetError` as `optimize` does."""
-    from solvercast.api import optimize
+    each (the first share also pays for extracting the graph, which is done once); ``options`` are
+    `optimize`'s. Returns the `Frontier`. Raises ValueError for an empty list; an infeasible budget raises
+    `InfeasibleBudgetError` as `optimize` does."""
+    import time
+
+    from solvercast.api import extract_for_optimize, optimize_extracted
 
     budgets = list(memory_budgets)
     if not budgets:
         raise ValueError("pareto needs at least one memory budget")
     share = time_limit / len(budgets)
+    solve_options = {k: options.pop(k) for k in ("method", "deterministic", "progress") if k in options}
+    started = time.perf_counter()
+    extracted = extract_for_optimize(gm, **options)
     points = []
-    for asked in budgets:
-        res = optimize(gm, time_limit=share, memory_budget=asked, **options)
+    for i, asked in enumerate(budgets):
+        res = optimize_extracted(gm, extracted, share, asked, started=started if i == 0 else None,
+                                 cost_model=options.get("cost_model"), **solve_options)
         r = res.report
         points.append(FrontierPoint(asked=asked, budget=r.memory_budget, makespan=r.optimized_makespan,
                                     peak_memory=r.optimized_peak_memory, gap=r.gap, method=r.method,

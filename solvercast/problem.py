@@ -204,6 +204,12 @@ class Problem:
         return tuple(i for i, t in enumerate(self.tasks) if t.role == Role.COMM)
 
     @cached_property
+    def async_chain(self) -> tuple[int, ...]:
+        """The asynchronous collectives in original order: with ``preserve_collective_order``, the order
+        they are launched in, and, on each comm stream, the order they run in."""
+        return tuple(c for c in self.comm_tasks if self.is_async_comm(c))
+
+    @cached_property
     def sync_preds(self) -> tuple[tuple[int, ...], ...]:
         """For each task, the non-FREE tasks whose results it waits for.
 

@@ -58,10 +58,12 @@ def test_bounds_never_exceed_the_optimum(seed, streams):
     assert b.makespan <= best
 
 
-def two_chains(**machine):
-    """a1(10) -> agA(5) -> wA -> a2(10) and b1(40) -> agB(30) -> wB -> b2(10), agA before agB."""
-    tasks = (Task("a1", C, 10), Task("b1", C, 40), Task("agA", M, 5), Task("agB", M, 30), Task("wA", W, waits_for=2),
-             Task("wB", W, waits_for=3), Task("a2", C, 10), Task("b2", C, 10))
+def two_chains(groups=(0, 0), **machine):
+    """a1(10) -> agA(5) -> wA -> a2(10) and b1(40) -> agB(30) -> wB -> b2(10), agA before agB; ``groups``:
+    their process groups (one comm stream each when there are enough)."""
+    tasks = (Task("a1", C, 10), Task("b1", C, 40), Task("agA", M, 5, group=groups[0]),
+             Task("agB", M, 30, group=groups[1]), Task("wA", W, waits_for=2), Task("wB", W, waits_for=3),
+             Task("a2", C, 10), Task("b2", C, 10))
     edges = ((0, 2), (1, 3), (2, 4), (3, 5), (4, 6), (5, 7))
     return Problem(tasks, edges, machine=Machine(**machine))
 
@@ -100,11 +102,32 @@ def test_window_bound_holds_on_zoo_graphs(zoo_graph, name, params):
     assert bound <= min(makespans)
 
 
-def test_window_bound_needs_one_comm_stream_and_a_fixed_order():
-    # with two comm streams agA and agB may run side by side; with the order free, agB may go first
-    assert lower_bounds(two_chains(comm_streams=2)).windows == 0
+def test_window_bound_per_comm_stream():
+    """One chain per comm stream (a collective runs on its group's stream), the compute stream shared."""
+    # one group on two comm streams: agA and agB still share one, as with one comm stream
+    assert lower_bounds(two_chains(comm_streams=2)).windows == 90 == brute_force(two_chains(comm_streams=2))[0]
+    # two groups on two streams: each chain alone. agB's: b1 0-40 on the GPU, agB 40-70, b2 70-80 (a1, a2
+    # fill the GPU meanwhile); the optimum is 90 (agA's launch, after a1, comes before agB's: a bound
+    # per chain leaves that out)
+    two = two_chains(groups=(0, 1), comm_streams=2)
+    assert lower_bounds(two).windows == 80 and brute_force(two)[0] == 90
+    # with the order free, agB may go first: no bound
     free = Problem(two_chains().tasks, two_chains().edges, preserve_collective_order=False)
     assert lower_bounds(free).windows == 0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_bounds_hold_with_several_comm_streams(seed):
+    """Random programs whose collectives alternate between two process groups on two comm streams: each
+    stream's chain bounds (windows, sequencing, comm work) stay under the optimum."""
+    import dataclasses
+
+    p = random_problem(seed, 7, compute_streams=1 + seed % 2, sync_overhead=5 * (seed % 3), comm_fraction=0.5)
+    groups = {c: k % 2 for k, c in enumerate(p.comm_tasks)}
+    tasks = tuple(dataclasses.replace(t, group=groups.get(i, 0)) for i, t in enumerate(p.tasks))
+    p = dataclasses.replace(p, tasks=tasks, machine=dataclasses.replace(p.machine, comm_streams=2))
+    b = lower_bounds(p)
+    assert max(b.windows, b.sequencing, b.comm) <= brute_force(p)[0]
 
 
 @pytest.mark.parametrize("seed", range(20))

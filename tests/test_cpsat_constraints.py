@@ -159,3 +159,27 @@ def test_every_group_is_named_in_order(streams):
     names = [name for name, _ in model.constraint_groups()]
     assert names == ["no_overlap_per_stream", "precedences", "launches", "collective_order", "occupancy"] + \
         (["program_times"] if streams == 1 else []) + ["memory", "makespan"]
+
+
+# ---- after the makespan ------------------------------------------------------------------------------
+def test_every_stream_is_idle_after_the_makespan():
+    """a(10), b(10), two compute streams: every NoOverlap and the occupancy cumulative hold the interval
+    [makespan, horizon + 1), in the shape CP-SAT 9.15's linear relaxation takes for a makespan (end fixed
+    at the largest end, size at least 1, demand equal to the capacity); without it CP-SAT computes a full
+    transitive closure of the precedences that ignores every time limit (issue 16, item 1)."""
+    model = CpsatModel(two_independent(streams=2), HORIZON, None)
+    model.add_variables()
+    model.add_constraints()
+    proto = model.m.Proto()
+    tail = model.after_makespan.Index()
+    end = proto.constraints[tail].interval.end
+    assert not end.vars and end.offset == HORIZON + 1
+    no_overlaps = [c.no_overlap for c in proto.constraints if c.has_no_overlap()]
+    cumulatives = [c.cumulative for c in proto.constraints if c.has_cumulative()]
+    assert len(no_overlaps) == 2 and len(cumulatives) == 1  # one per compute stream (the comm stream is empty)
+    assert all(tail in c.intervals for c in no_overlaps)
+    occupancy = cumulatives[0]
+    i = list(occupancy.intervals).index(tail)
+    assert occupancy.demands[i].offset == occupancy.capacity.offset
+    # and it takes the streams only after the makespan: both tasks at 0 on two streams, makespan 10
+    assert has_solution(two_independent(streams=2, occupancy=0.5), fixes(on_0_0=1, on_1_1=1, start_0=0, start_1=0))

@@ -67,3 +67,18 @@ def test_cli_budgets(capsys):
     assert main(["optimize", "--model", "tp_mlp", "--budgets", "1.0", "--memory-budget", "1.0"]) == 2
     assert "not both" in capsys.readouterr().err
     assert main(["optimize", "--model", "tp_mlp", "--budgets", "1.0,lots"]) == 2
+
+
+def test_the_graph_is_extracted_once(zoo_graph, monkeypatch):
+    """Every budget shares one extraction (and so one problem), and each point equals `optimize`'s own."""
+    import solvercast.api as api
+
+    calls = []
+    extract = api.extract_problem
+    monkeypatch.setattr(api, "extract_problem", lambda *a, **k: calls.append(1) or extract(*a, **k))
+    gm = zoo_graph("fsdp_layers", layers=2)
+    frontier = pareto(gm, [1.0, math.inf], time_limit=4, method="heuristic")
+    assert len(calls) == 1
+    assert frontier.points[0].result.problem.tasks is frontier.points[1].result.problem.tasks
+    alone = optimize(gm, time_limit=2, memory_budget=math.inf, method="heuristic")
+    assert alone.schedule == frontier.points[1].result.schedule

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 
 from ortools.sat.python import cp_model
@@ -25,38 +26,90 @@ from solvercast.solvers.cpsat_model import CpsatModel, model_horizon_cap
 from solvercast.solvers.result import Outcome, SolveResult, best_valid
 from solvercast.solvers.scope import Scope
 
-# CP-SAT deterministic time per second of the limit, one worker (deterministic mode). Measured per CPU second
-# of the solving process (the 2 cores were shared with four other jobs, so wall seconds ran 2-4x the CPU
-# seconds), OR-Tools 9.15, without probing, while the search runs: fsdp_layers 2 layers 0.36-0.48, 3 layers
-# 0.60, 4 layers 0.49-0.78, 6 layers 0.23-0.49, 8 layers 0.11-0.39; fuzz program 189 (21 tasks, 2 streams)
-# 0.29 (experiments/results/cpsat_budgets.md). 0.1 leaves a search that does not finish at 15-40% of the
-# limit on an idle core, but keeps the deterministic limit ahead of the wall clock on a loaded machine:
-# at 0.2 and 0.3, test_correctness's repeated solves (3 s) were ended by the wall clock with the cores
-# shared, and their schedules could differ. No constant gives 80-100% of the limit on every graph (the
-# rate varies 3-7x) and stays deterministic under load; the wall clock caps the call either way.
-DETERMINISTIC_UNITS_PER_SECOND = 0.1
+#: CP-SAT deterministic time per CPU second of its search, one worker (deterministic mode), by model kind
+#: (`model_kind`), measured with OR-Tools 9.15 on the 2-core machine while it was quiet (the solving process
+#: had a whole core: `experiments/cpsat_rate.py`, results/cpsat_rate_run3_quiet.csv; on the shared cores
+#: the rate per CPU second was 2-3x lower). One compute stream with memory over positions (the default
+#: run): the rate grows with the model, about 0.7 per decade of constraints (fsdp_layers 2 layers, 2,734
+#: constraints: 0.52; 4 layers, 8,176: 1.01; 8 layers, 27,172: 1.37; fsdp_tp 21,224: 1.24; simple_fsdp
+#: 24,935: 0.66, the outlier), so `search_rate` takes it from the constraint count; several compute
+#: streams: 0.10-0.44, no trend (median 0.25); program times (past MAX_POSITION_PAIRS, windows, fixed
+#: orders): 0.1-0.47 on the shared cores, 0.45 assumed when quiet.
+SEARCH_UNITS_PER_SECOND = {"positions": (0.5, 0.7), "program_times": (0.45, 0.0), "streams": (0.25, 0.0)}
+#: (rate at 2,734 constraints, change per decade of constraints), clipped to this range
+SEARCH_RATE_RANGE = (0.2, 1.3)
+#: CPU seconds per model constraint that earn no deterministic time: building the model in Python and
+#: CP-SAT's presolve and loading (measured 1.5-5.5e-5 for presolve, ~3e-5 for the build)
+OVERHEAD_SECONDS_PER_CONSTRAINT = 6e-5
+#: share of the seconds given that the deterministic limit aims at (the rest absorbs the rates' spread; past
+#: the seconds given, the wall clock ends the search and the schedule may differ between runs: at 0.9 the
+#: solver fingerprint's fsdp_layers 2 layers, 8 s, the slow end of the fit, was ended by the wall clock)
+LIMIT_SHARE = 0.8
+
+
+def model_kind(model: CpsatModel) -> str:
+    """Which entry of SEARCH_UNITS_PER_SECOND applies to ``model``."""
+    if not model.single_stream:
+        return "streams"
+    return "positions" if model.positions else "program_times"
+
+
+def search_rate(kind: str, constraints: int) -> float:
+    """Predicted deterministic units per CPU second of a search over a model of ``kind`` and this many
+    constraints (SEARCH_UNITS_PER_SECOND)."""
+    at_reference, per_decade = SEARCH_UNITS_PER_SECOND[kind]
+    rate = at_reference + per_decade * math.log10(max(1, constraints) / 2734)
+    return min(SEARCH_RATE_RANGE[1], max(SEARCH_RATE_RANGE[0], rate))
+
+
+def deterministic_limit(seconds: float, model: CpsatModel) -> float:
+    """CP-SAT's deterministic limit for a solve of ``model`` that may take ``seconds``: the predicted search
+    rate (`search_rate`) times the seconds its size leaves after building and presolve, times LIMIT_SHARE.
+    It depends only on the model (its kind and constraint count), never on a clock: the same on every rank."""
+    constraints = len(model.m.Proto().constraints)
+    search = max(0.0, seconds - OVERHEAD_SECONDS_PER_CONSTRAINT * constraints)
+    return max(1e-3, search_rate(model_kind(model), constraints) * search * LIMIT_SHARE)
+
 
 #: with several streams, how many of the newest solutions CP-SAT reported are simulated to pick the best
 KEPT_SOLUTIONS_JUDGED = 32
+#: ... and at most this many task simulations in all (validate: ~1e-5 s per task, so 32 solutions of 3,000
+#: tasks would take ~1 s after the solver's deadline); a count, not a clock: the same choice on every rank
+JUDGED_TASKS = 20_000
+#: seconds per task of `validate` (measured 0.9e-5 at 1,000 and 3,000 tasks, 2 streams, on the loaded
+#: 2-core machine): the wall clock the solver leaves for judging what it returns
+VALIDATE_SECONDS_PER_TASK = 1.0e-5
 
 
-#: share of the time limit CP-SAT's probing may take, in presolve and again in search (its defaults, 30 and
-#: 1 deterministic units, took the whole 8 s of a 160-task FSDP solve before the hint was ever loaded:
-#: OR-Tools issue 3750, UNKNOWN with a complete feasible hint)
+def solutions_judged(num_tasks: int) -> int:
+    """How many of CP-SAT's newest solutions `solve_cpsat` simulates (several streams, a budget)."""
+    return max(1, min(KEPT_SOLUTIONS_JUDGED, JUDGED_TASKS // max(1, num_tasks)))
+
+
+#: share of the deterministic limit (``units``) that CP-SAT's probing during the search may take (its defaults,
+#: 1 unit a round, may exceed a short limit), and at most PROBING_UNITS a round: with 0.69 units a round (10%
+#: of the README run's limit) fsdp_layers 4 layers kept its 246.7 us warm start in 6.9 units; with 0.3 it
+#: proves the optimum, 242.6 us, after 4.55 units (4.9 s)
 PROBING_SHARE = 0.1
+PROBING_UNITS = 0.3
 
 
-def bound_presolve(params, time_limit: float) -> None:
-    """Cap presolve and probing by a share of the limit, in deterministic units, so that the search (which
-    starts from the hint, loaded as the first solution right after presolve) keeps most of it."""
-    units = time_limit * DETERMINISTIC_UNITS_PER_SECOND * PROBING_SHARE
-    params.presolve_probing_deterministic_time_limit = min(params.presolve_probing_deterministic_time_limit, units)
-    params.probing_deterministic_time_limit = min(params.probing_deterministic_time_limit, units)
-    params.inprocessing_probing_dtime = min(params.inprocessing_probing_dtime, units)
-    # and no probing at all: its wall time runs far ahead of its deterministic time (measured on 2 shared
-    # cores, 4 s of wall for 0.05 units on fsdp_layers 8 layers and on 120-task random programs), which made
-    # the deterministic limit meaningless; without it the same solves prove their hint optimal in 0.6 s
+def bound_presolve(params, units: float) -> None:
+    """No probing in presolve, and a share of the limit for probing during the search, so that the search
+    (which starts from the hint, loaded as the first solution right after presolve) keeps the limit.
+
+    Presolve probing is off (`cp_model_probing_level = 0`, which disables it whatever its deterministic
+    caps say, so none is set): its wall time runs far ahead of its deterministic time (measured on 2
+    shared cores: 4 s of wall for 0.05 units on fsdp_layers 8 layers and on 120-task random programs; with
+    CP-SAT's defaults it took the whole 8 s of a 160-task FSDP solve before the hint was loaded, OR-Tools
+    issue 3750), and without it the same solves prove their hint optimal in 0.6 s. That level does not
+    reach the probing of the search: SAT inprocessing (`inprocessing_probing_dtime`, in the one worker of a
+    deterministic solve) and probing workers (`probing_deterministic_time_limit`, with several workers), so
+    those are capped."""
     params.cp_model_probing_level = 0
+    share = min(PROBING_UNITS, units * PROBING_SHARE)
+    params.probing_deterministic_time_limit = min(params.probing_deterministic_time_limit, share)
+    params.inprocessing_probing_dtime = min(params.inprocessing_probing_dtime, share)
 
 
 class _Solutions(cp_model.CpSolverSolutionCallback):
@@ -64,10 +117,10 @@ class _Solutions(cp_model.CpSolverSolutionCallback):
     their schedules for `best_valid`: re-simulation may push the last one over
     the budget (memory is judged over time there), or time an earlier one faster."""
 
-    def __init__(self, model: CpsatModel, say: Callable[[str], None] | None, factor: int, keep: bool):
+    def __init__(self, model: CpsatModel, say: Callable[[str], None] | None, factor: int, keep: int):
         super().__init__()
         self.model, self.say, self.factor, self.keep = model, say, factor, keep
-        self.schedules: list[Schedule] = []
+        self.schedules: deque[Schedule] = deque(maxlen=max(1, keep + 1))  # the newest, the final one's repeat too
 
     def on_solution_callback(self) -> None:
         if self.say:
@@ -99,8 +152,8 @@ def solve_cpsat(
 
     ``memory_budget`` defaults to the problem's machine budget. With
     ``deterministic`` the time limit is CP-SAT's deterministic time (same
-    answer on every run and rank) instead of wall-clock seconds, converted at
-    DETERMINISTIC_UNITS_PER_SECOND; the wall clock still caps the call at
+    answer on every run and rank) instead of wall-clock seconds, converted by
+    `deterministic_limit`; the wall clock still caps the call at
     ``time_limit``, and ``stats["stopped_by_wall_clock"]`` says when that cap,
     which is not deterministic, ended the search. ``progress`` receives a line
     per improved solution. ``fixed_order``: tasks kept in the hint's relative
@@ -164,21 +217,27 @@ def solve_cpsat(
         # searching after its last subsolver finished at 0.09 s until the wall cap at 0.87 s. A single
         # worker honours the deterministic limit and stops at a proof.
         params.num_workers = 1
-        params.max_deterministic_time = time_limit * DETERMINISTIC_UNITS_PER_SECOND
+        units = deterministic_limit(time_limit, model)
+        params.max_deterministic_time = units
     else:
         params.num_workers = workers
+        units = time_limit * search_rate(model_kind(model), len(model.m.Proto().constraints))  # probing caps
     # The deterministic limit, which gives the same answer on every rank, normally ends the search
-    # (DETERMINISTIC_UNITS_PER_SECOND); the wall clock caps the whole call at time_limit, or at the
-    # caller's deadline: what building the model took is left out of the solver's share.
-    wall_cap = max(0.01, time_limit - (time.perf_counter() - t0))
+    # (`deterministic_limit`); the wall clock caps the whole call at time_limit, or at the caller's
+    # deadline: what building the model took is left out of the solver's share, and the cap leaves room for
+    # what follows the solve (validating the final solution and the kept ones)
+    keep = not model.single_stream and budget is not None
+    judged = 2 + (solutions_judged(problem.num_tasks) if keep else 0)
+    after_solve = judged * problem.num_tasks * VALIDATE_SECONDS_PER_TASK
+    wall_cap = max(0.01, time_limit - (time.perf_counter() - t0) - after_solve)
     if deadline is not None:
-        wall_cap = max(0.01, min(wall_cap, deadline - time.perf_counter()))
+        wall_cap = max(0.01, min(wall_cap, deadline - time.perf_counter() - after_solve))
     params.max_time_in_seconds = wall_cap
     # repair_hint helped at ~1k tasks in the prototype, but OR-Tools 9.15 sometimes aborts the whole
     # process with it ("Check failed: heuristics.fixed_search != nullptr", seen with and without
     # fixed_order when the time limit falls early): off unless asked for.
     params.repair_hint = bool(repair_hint and hint is not None)
-    bound_presolve(params, time_limit)
+    bound_presolve(params, units)
     if debug_hint and hint is not None:
         model.check_hint()
         # and CP-SAT aborts the process if its presolve turns the feasible hint infeasible (OR-Tools
@@ -190,7 +249,7 @@ def solve_cpsat(
             solver.log_callback = log_progress
             params.log_to_stdout = False
     build_time = time.perf_counter() - build_started
-    callback = _Solutions(model, progress, factor, keep=not model.single_stream and budget is not None)
+    callback = _Solutions(model, progress, factor, keep=solutions_judged(problem.num_tasks) if keep else 0)
     status = solver.Solve(model.m, callback)
     wall = time.perf_counter() - t0
     name = solver.StatusName(status)
@@ -205,7 +264,9 @@ def solve_cpsat(
     bound = int(solver.BestObjectiveBound()) if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and exact else None
     stopped_by_wall = deterministic and status != cp_model.OPTIMAL and solver.WallTime() >= wall_cap * 0.98
     stats = {"scale": factor, "stopped_by_wall_clock": stopped_by_wall, "build_time": build_time,
-             "deterministic_time": solver.deterministic_time, "solver_wall_time": solver.WallTime(), "variables": len(model.m.Proto().variables),
+             "deterministic_time": solver.deterministic_time, "deterministic_limit": units if deterministic else None,
+             "seconds_given": time_limit,
+             "solver_wall_time": solver.WallTime(), "variables": len(model.m.Proto().variables),
              "constraints": len(model.m.Proto().constraints), "branches": solver.NumBranches()}
 
     outcome = Outcome(hint, hint_sim, wall, name, stats)
@@ -221,7 +282,7 @@ def solve_cpsat(
     final = model.extract(solver)
     objective = int(solver.Value(model.makespan)) * factor
     # the newest kept solutions, the final one's repeat left out: each costs a simulation
-    earlier = [c for c in callback.schedules[::-1][:KEPT_SOLUTIONS_JUDGED] if c != final]
+    earlier = [c for c in reversed(callback.schedules) if c != final][:solutions_judged(problem.num_tasks)]
     schedule, sim, errors = best_valid(problem, [final] + earlier, budget, left_shift)
     if schedule is None:
         if hint is None:  # with several streams, re-simulation can put every solution over the budget

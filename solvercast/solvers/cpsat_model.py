@@ -62,8 +62,10 @@ from solvercast.solvers.scope import Scope
 OCCUPANCY_SCALE = 1000
 #: the position model orders every pair of default-stream items that dependencies leave unordered with one
 #: literal; past this many pairs it falls back to program times: building the pairs in Python then costs more than it
-#: saves (fsdp_layers 4 layers: ~2,000 pairs; synthetic 300 tasks: ~20,000 pairs, 80,000 constraints, seconds to build)
-MAX_POSITION_PAIRS = 5_000
+#: saves (fsdp_layers 4 layers: ~2,000 pairs; synthetic 300 tasks: ~20,000 pairs, 80,000 constraints, seconds to build).
+#: 8,000 takes in simple_fsdp 2 layers (5,877 pairs: 25,000 constraints, built in 0.4 s; 284.3 -> 282.3 us in 10 s
+#: where program times kept the warm start) and fsdp_layers 8 layers (6,066)
+MAX_POSITION_PAIRS = 8_000
 
 
 def model_horizon_cap(num_tasks: int) -> int:
@@ -169,6 +171,13 @@ class CpsatModel:
             self.intervals[0].append((c, m.NewFixedSizeIntervalVar(self.launch[c], 0, f"launch_iv_{p.tasks[c].name}")))
         self.makespan = m.NewIntVar(max(est[t] + p.tasks[t].duration for t in self.timed) if self.timed else 0,
                                     self.horizon, "makespan")
+        # [makespan, horizon + 1): every stream is idle after the makespan. Added to each NoOverlap and to the
+        # occupancy cumulative, it is the "makespan interval" CP-SAT looks for when it builds their linear
+        # relaxation (energy <= makespan - start); without one, CP-SAT 9.15 derives the makespan from a full
+        # transitive closure of the precedences (DetectMakespanFromPrecedences), which neither counts as
+        # deterministic time nor checks the clock: 22 s of a 7 s limit at 1,000 tasks with 2 compute streams
+        self.after_makespan = m.NewIntervalVar(self.makespan, self.horizon + 1 - self.makespan, self.horizon + 1,
+                                               "after_makespan")
 
     def _sync_cost(self, a: int, b: int):
         """sync * [a and b run on different streams], as a linear expression."""
@@ -232,7 +241,7 @@ class CpsatModel:
     def _no_overlap_per_stream(self) -> None:
         for ivs in self.intervals.values():
             if len(ivs) > 1:
-                self.m.AddNoOverlap([iv for _, iv in ivs])
+                self.m.AddNoOverlap([iv for _, iv in ivs] + [self.after_makespan])
 
     def _precedences(self) -> None:
         p = self.p
@@ -313,7 +322,7 @@ class CpsatModel:
                 ivs.append(iv)
                 demands.append(math.ceil(task.occupancy * OCCUPANCY_SCALE - 1e-9))
         if ivs:
-            self.m.AddCumulative(ivs, demands, OCCUPANCY_SCALE)
+            self.m.AddCumulative(ivs + [self.after_makespan], demands + [OCCUPANCY_SCALE], OCCUPANCY_SCALE)
 
     @cached_property
     def _contracted(self) -> frozenset[int]:
@@ -346,7 +355,7 @@ class CpsatModel:
         p, n = self.p, self.n
         chain_pred: dict[int, int] = {}
         if p.preserve_collective_order:
-            chain = [c for c in p.comm_tasks if p.is_async_comm(c)]
+            chain = p.async_chain
             chain_pred = {b: a for a, b in zip(chain, chain[1:])}
         up = [0] * n
         for t in range(n):  # ids are topological, and the chain follows ids
@@ -405,7 +414,7 @@ class CpsatModel:
                                         f"pos_{p.tasks[t].name}")
         self._program_order_links()
         if p.preserve_collective_order:  # the launch order `_order_closure` relies on
-            chain = [c for c in p.comm_tasks if p.is_async_comm(c)]
+            chain = p.async_chain
             for a, b in zip(chain, chain[1:]):
                 m.Add(self.launch[b] >= self.launch[a])
         for a, b in self._unordered_pairs:

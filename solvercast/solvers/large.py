@@ -28,7 +28,7 @@ from collections.abc import Callable
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 from solvercast.simulate import SimResult, simulate
-from solvercast.solvers.cpsat import DETERMINISTIC_UNITS_PER_SECOND, solve_cpsat
+from solvercast.solvers.cpsat import solve_cpsat
 from solvercast.solvers.result import SolveResult, SolveStatus
 
 
@@ -76,8 +76,8 @@ WINDOW_OVERHEAD_SECONDS = 0.2
 def _seconds_spent(res: SolveResult, deterministic: bool) -> float:
     """What a solve used of its time: its deterministic time in planned seconds (the same on every rank),
     or its wall time."""
-    if deterministic and "deterministic_time" in res.stats:
-        return res.stats["deterministic_time"] / DETERMINISTIC_UNITS_PER_SECOND
+    if deterministic and res.stats.get("deterministic_limit"):  # the share of its limit, in the seconds given
+        return res.stats["seconds_given"] * min(1.0, res.stats["deterministic_time"] / res.stats["deterministic_limit"])
     return res.wall_time
 
 

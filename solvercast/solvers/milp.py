@@ -198,7 +198,7 @@ class _Model:
         self.M = horizon + 2 * self.sync + max((t.duration for t in p.tasks), default=0) + 1
         self.lp = pulp.LpProblem("solvercast_milp", pulp.LpMinimize)
         self.timed = [t for t in range(n) if p.tasks[t].role != Role.FREE]
-        self.asyncs = [c for c in range(n) if p.is_async_comm(c)]
+        self.asyncs = list(p.async_chain)
         self.vars: list[tuple[pulp.LpVariable, str, tuple]] = []  # (var, kind, key) for the warm start
 
         # program-order relation that every schedule obeys: edges, plus the collective chain
