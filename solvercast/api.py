@@ -131,6 +131,7 @@ def extract_for_optimize(gm: fx.GraphModule, *, device="h100", compute_streams: 
     return Extracted(problem, original, simulate(problem, original), time.perf_counter() - t0)
 
 
+@gc_paused()  # also for `solvercast.pareto`, which calls it once per budget
 def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: float = 10.0,
                        memory_budget: int | float | None = None, method: str = "auto", deterministic: bool = True,
                        *, started: float | None = None, cost_model=None,

@@ -262,7 +262,10 @@ def solve_cpsat(
     exact = (factor == 1 and not fixed_order and window is None and not left_shift
              and not (sync_comm and problem.machine.compute_streams > 1))
     bound = int(solver.BestObjectiveBound()) if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and exact else None
-    stopped_by_wall = deterministic and status != cp_model.OPTIMAL and solver.WallTime() >= wall_cap * 0.98
+    # a search that ended without a proof was ended by a limit: by the wall clock when it reached its cap,
+    # or when it stopped short of the deterministic limit (a loaded machine: the wall clock came first)
+    stopped_by_wall = deterministic and status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and (
+        solver.WallTime() >= wall_cap * 0.98 or solver.deterministic_time < units * 0.98)
     stats = {"scale": factor, "stopped_by_wall_clock": stopped_by_wall, "build_time": build_time,
              "deterministic_time": solver.deterministic_time, "deterministic_limit": units if deterministic else None,
              "seconds_given": time_limit,
