@@ -1,6 +1,8 @@
 """The time limit as a plan (issue 17): the heuristics' deterministic work budget, the plan's arithmetic,
 and `optimize`'s accounting. Nothing here is timed: each test checks counted work or the plan."""
 
+import time
+
 import pytest
 
 from solvercast import Schedule, optimize, simulate
@@ -11,7 +13,10 @@ from solvercast.bounds import lower_bounds
 from solvercast.lower import lower
 from solvercast.models import build
 from solvercast.testing import random_problem
-from solvercast.time_budget import MIN_SOLVER_SECONDS, STRUCTURAL_BOUNDS_SECONDS_PER_TASK, plan_time
+from solvercast.solvers.cpsat import solve_cpsat
+from solvercast.solvers.result import SolveStatus
+from solvercast.time_budget import (MIN_SOLVER_SECONDS, SOLVER_BUILD_SECONDS_PER_TASK, STRUCTURAL_BOUNDS_SECONDS_PER_TASK,
+                                    plan_time)
 
 
 @pytest.fixture(scope="module")
@@ -135,3 +140,21 @@ def test_optimize_plan_is_the_same_on_every_run():
     assert a.report.heuristics_cut, "the limit must be tight enough to cut something"
     assert a.report.time_plan == b.report.time_plan and a.report.heuristics_cut == b.report.heuristics_cut
     assert a.schedule.order == b.schedule.order
+
+
+def test_no_solver_is_started_that_cannot_pay_for_building_its_model():
+    """A whole-graph CP-SAT model is built before any limit applies: the plan starts a solver only with
+    twice its predicted build time left (deterministic), and solve_cpsat itself refuses to build with the
+    deadline nearer than that (the wall's guard, reported as the wall clock's doing)."""
+    tasks = 10_000
+    build = SOLVER_BUILD_SECONDS_PER_TASK * tasks
+    for limit in (1.0, 2.0, 5.0, 10.0, 30.0):
+        plan = plan_time(limit, tasks, 1, solver_follows=True)
+        seconds = plan.solver_seconds(0.0)
+        assert seconds == 0 or seconds >= 2 * build
+        assert (seconds > 0) == (plan.left_seconds >= 2 * build)
+    problem = random_problem(3, 40)
+    hint = Schedule.original(problem)
+    res = solve_cpsat(problem, time_limit=5, hint=hint, deadline=time.perf_counter())
+    assert res.status == SolveStatus.HINT_KEPT and res.schedule == hint and res.stats["stopped_by_wall_clock"]
+    assert "no time left to build" in res.message

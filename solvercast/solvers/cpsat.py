@@ -25,6 +25,7 @@ from solvercast.solvers.common import scale_problem, serial_horizon
 from solvercast.solvers.cpsat_model import CpsatModel, model_horizon_cap
 from solvercast.solvers.result import Outcome, SolveResult, best_valid
 from solvercast.solvers.scope import Scope
+from solvercast.time_budget import SOLVER_BUILD_SECONDS_PER_TASK
 
 #: CP-SAT deterministic time per CPU second of its search, one worker (deterministic mode), by model kind
 #: (`model_kind`), measured with OR-Tools 9.15 on the 2-core machine while it was quiet (the solving process
@@ -176,9 +177,15 @@ def solve_cpsat(
     build_started = t0
     hint_sim = validate(problem, hint, memory_budget=budget) if hint is not None else None
 
+    modelled = problem.num_tasks if window is None else window[1] - window[0]
+    # building the model cannot be interrupted: with the deadline nearer than its predicted cost the call
+    # would return late (`optimize`'s plan does not start a solver it cannot pay for; this is the wall's guard)
+    if deadline is not None and deadline - time.perf_counter() < SOLVER_BUILD_SECONDS_PER_TASK * modelled:
+        outcome = Outcome(hint, hint_sim, time.perf_counter() - t0, "NOT_STARTED", {"stopped_by_wall_clock": True})
+        return outcome.no_solution("no time left to build the CP-SAT model before the deadline",
+                                   "no time left to build the CP-SAT model before the deadline; kept the warm start")
     serial = serial_horizon(problem)
     horizon = hint_sim.makespan if hint_sim is not None else serial
-    modelled = problem.num_tasks if window is None else window[1] - window[0]
     factor = max(1, math.ceil(horizon / model_horizon_cap(modelled)))
     scaled = scale_problem(problem, factor)
     scaled_hint_sim = simulate(scaled, hint) if hint is not None else None
