@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import sys
 import time
@@ -188,11 +187,11 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
     if hasattr(cost_model, "coverage"):  # measured costs say how many ops fell back to the model
         solver_info["costs"] = cost_model.coverage(gm)
 
-    from solvercast.lower import graph_module, lower
+    from solvercast.lower import lower, strip_anchors
 
     kept = schedule.order == original.order and not schedule.streams
-    if kept:  # the input is the program: a copy (lowering would only reorder it to itself)
-        out_gm = graph_module(gm, copy.deepcopy(gm.graph))
+    if kept:  # the input is the program: what lowering builds without reordering (anchors, dead code gone)
+        out_gm = strip_anchors(gm)
     else:
         say(f"lowering {solver_info['method']}'s schedule")
         out_gm = lower(gm, problem, schedule, check=False)

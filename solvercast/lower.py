@@ -132,7 +132,7 @@ def _anchor_val(op, value: fx.Node, tokens: dict):
         return None
     if op is ops.wait_and_bind:
         return v
-    key = (v.device, type(v))
+    key = (v.device, v.dtype, type(v))
     token = tokens.get(key)
     if token is None:
         try:
@@ -220,7 +220,7 @@ class _Lowering:
         self.streams = schedule.stream_list(problem)
         self.task_nodes = task_nodes
         self.task_of: dict[fx.Node, int] = {n: t for t, n in enumerate(task_nodes)}
-        self.token_vals: dict = {}  # (device, tensor type) -> the value every record's token shares
+        self.token_vals: dict = {}  # (device, dtype, tensor type) -> the value every such record's token shares
 
     # -- setup ------------------------------------------------------------------------------
     def run(self) -> None:

@@ -265,7 +265,7 @@ def _copies_its_input(node: fx.Node, target: Any) -> bool:
         return False
     try:
         shape = [hint_int(d, 1) for d in x.shape]
-        strides = [hint_int(d, 1) for d in x.stride()]
+        strides = [hint_int(d, 1) for d in (x.stride() if callable(x.stride) else x.stride)]  # TensorMetadata: a tuple
         meta = torch.empty_strided(shape, strides, dtype=x.dtype, device="meta")
         if target is _aten.contiguous.default:
             fmt = node.kwargs.get("memory_format", torch.contiguous_format)

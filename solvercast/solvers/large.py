@@ -60,6 +60,8 @@ def solve_placement_then_windows(problem: Problem, hint: Schedule, time_limit: f
     say(f"windowed search ({time_limit - spent:.1f} s)")
     windows = solve_windows(problem, start, time_limit - spent, memory_budget, deterministic=deterministic,
                             progress=progress, deadline=deadline)
+    if placed.stats.get("stopped_by_wall_clock"):  # the windows start from what the clock left: say so
+        windows.stats["stopped_by_wall_clock"] = True
     if windows.status != SolveStatus.HINT_KEPT:
         return windows
     if placed.status != SolveStatus.HINT_KEPT and placed.schedule is not None:
