@@ -1,5 +1,5 @@
 """CP-SAT deterministic time per CPU second, one worker, on solves that do not finish (for
-solvers/cpsat.py `deterministic_rate`): per case the model's size (variables, Booleans, constraints,
+solvers/cpsat.py `search_rate` and `deterministic_limit`): per case the model's size (variables, Booleans, constraints,
 intervals: all deterministic), the status, CPU seconds of the solving process, when the search started
 (after presolve) and the deterministic time. Rate = deterministic time / CPU seconds of the whole Solve
 (presolve and loading included, which a deterministic limit must also pay for): CPU, not wall, because the

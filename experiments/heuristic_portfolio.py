@@ -13,6 +13,7 @@ tied), and its mean excess over the best, per unit of work.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import time
 from collections import defaultdict
@@ -37,7 +38,7 @@ GRAPHS = [
 ]
 
 
-def measure(problem, name, fn):
+def measure(problem, fn):
     meter = WorkBudget(limit=None)
     start = time.perf_counter()
     with work_budget(meter):
@@ -52,8 +53,9 @@ def main():
     ap.add_argument("--streams", default="1,2")
     args = ap.parse_args()
     print("# Heuristic portfolio: cost and value per method\n")
-    print(f"Command: `.venv/bin/python experiments/heuristic_portfolio.py`; {platform.machine()}, 2 cores "
-          f"(shared with other jobs while measured: wall times are noisy, work counts are exact).\n")
+    print(f"Command: `.venv/bin/python experiments/heuristic_portfolio.py`; {platform.machine()}, "
+          f"{os.cpu_count()} cores, load average at start {os.getloadavg()[0]:.1f} (wall times are noisy, work "
+          f"counts are exact).\n")
     print("| graph | streams | budget | tasks | method | work (ref ms) | wall (ms) | wall/work | makespan / best | "
           "within budget |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -70,12 +72,12 @@ def main():
                 problem = problem.with_budget(budget)
                 rows = {}
                 for m in schedule_methods():
-                    rows[m.name] = measure(problem, m.name, lambda m=m: m.run(problem, memory_budget=budget))
+                    rows[m.name] = measure(problem, lambda m=m: m.run(problem, memory_budget=budget))
                 for base in list(rows):
                     if base in ("raise_comms", "sink_waits"):
                         continue
                     rows[base + "+swap"] = measure(
-                        problem, base + "+swap",
+                        problem,
                         lambda base=base: iterative_swap(problem, renamed(rows[base][0], base), budget))
                 ok = {k: v for k, v in rows.items() if budget is None or v[1].peak_memory <= budget}
                 best = min(v[1].makespan for v in ok.values())

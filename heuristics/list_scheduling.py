@@ -67,15 +67,16 @@ def _list_pass(problem: Problem, priority, budget: int | None, method: str) -> t
     timeline = Timeline(problem)
     streams: dict[int, int] = {}
     tasks = problem.tasks
+    defaults, choices = problem.default_streams, problem.stream_choices
     while ready:
         t = ready.pick()
         ready.issue(t)
         if tasks[t].role == Role.FREE:
-            timeline.place(t, problem.default_stream(t))
+            timeline.place(t, defaults[t])
             continue
-        default = problem.default_stream(t)
+        default = defaults[t]
         best_s, best_key = default, None
-        for s in problem.allowed_streams(t):
+        for s in choices[t]:
             # earliest finish; ties: the stream left idle for the shortest gap (a wait blocks its
             # stream until the collective ends), then the default stream, then the lower id
             start = timeline.start_on(t, s)
@@ -369,6 +370,8 @@ def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None
             if not over or culprits <= deferred:
                 break
             deferred |= culprits
+        if stopped:
+            break
         if over:
             continue
         charge(problem, "simulate")

@@ -7,7 +7,7 @@ Heuristics count work instead: every pass over the problem charges its task coun
 cost per task of that kind of pass (`PASS_COST_US`, microseconds on the reference 2-core machine), and
 the portfolio (`run_heuristics`) and the multi-pass heuristics skip what the budget cannot pay for. The
 count depends only on the problem and the budget, so every rank stops at the same point; `optimize`
-turns its time limit into a budget (`api.heuristic_work_budget`), and its report lists what was cut.
+turns its time limit into a budget (`solvercast.time_budget.plan_time`, `TimePlan.heuristic_work`), and its report lists what was cut.
 
 Outside a `work_budget` block nothing is limited (direct calls, tests, experiments).
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from solvercast.problem import Problem
 
 #: Cost of one pass per task, in microseconds, with one compute stream, measured at 10,000 tasks
-#: (experiments/results/time_limit.md, "pass costs"); `simulate` covers `simulated_peak` and `validate`.
+#: (experiments/heuristic_portfolio.py: work counts beside wall times, experiments/results/heuristic_portfolio.md); `simulate` covers `simulated_peak` and `validate`.
 PASS_COST_US = {
     "simulate": 12.0,
     "comm_pass": 10.0,

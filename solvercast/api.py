@@ -174,11 +174,14 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
     schedule, solver_info = _solve(problem, method, plan, deadline, deterministic, say, phase)
     if method != requested:
         solver_info["auto_choice"] = method
-    kept = schedule.order == original.order and not schedule.streams
-    optimized = baseline if kept else validate(problem, schedule, memory_budget=sys.maxsize)  # lowering: no check
+
+    def is_original(s: Schedule) -> bool:
+        return s.order == original.order and not s.streams
+
+    optimized = baseline if is_original(schedule) else validate(problem, schedule, memory_budget=sys.maxsize)
     fallback = solver_info.get("fallback")
     if optimized.makespan >= baseline.makespan and (budget is None or baseline.peak_memory <= budget):
-        if schedule.order != original.order or schedule.streams:
+        if not is_original(schedule):
             fallback = (fallback + "; " if fallback else "") + "no method beat the original order: kept it"
         schedule, optimized = original, baseline
         solver_info["method"] = "original"
@@ -189,8 +192,7 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
 
     from solvercast.lower import lower, strip_anchors
 
-    kept = schedule.order == original.order and not schedule.streams
-    if kept:  # the input is the program: what lowering builds without reordering (anchors, dead code gone)
+    if is_original(schedule):  # what lowering builds without reordering: the input, anchors and dead code gone
         out_gm = strip_anchors(gm)
     else:
         say(f"lowering {solver_info['method']}'s schedule")
@@ -403,9 +405,20 @@ class SolvercastPass:
             stream_index, new_event = dynamo_registry(_on_cuda(graph))
             annotate_graph_in_place(graph, result.problem, result.schedule, stream_index=stream_index,
                                     new_event=new_event)
+            # not pinned: whether Inductor keeps a node's stream once it is wrapped in control_deps is
+            # unchecked without a GPU (issue 19's owed run), and its reordering may undo this order
             self.last_result = result
             return
+        self._reorder_in_place(graph, result, val_map)
+        # Inductor would reorder it again (fusion, reorder_for_peak_memory): pin it
+        from solvercast.pin_order import pin_order
 
+        pin_order(graph)
+        self.last_result = result
+
+    @staticmethod
+    def _reorder_in_place(graph: fx.Graph, result: OptimizeResult, val_map: dict) -> None:
+        """Move ``graph``'s nodes into the program order of ``result.gm`` (copied from it through ``val_map``)."""
         by_name = {new.name: old for old, new in val_map.items()}
         order: list[fx.Node] = []
         for node in result.gm.graph.nodes:
@@ -422,11 +435,6 @@ class SolvercastPass:
         for node in order:
             output.prepend(node)
         graph.lint()
-        # Inductor would reorder it again (fusion, reorder_for_peak_memory): pin it (solvercast.pin_order)
-        from solvercast.pin_order import pin_order
-
-        pin_order(graph)
-        self.last_result = result
 
     def uuid(self) -> str | None:
         """A stable id for Inductor's cache key: the options (not ``progress``; a ``cost_fn`` by its

@@ -34,8 +34,8 @@ from solvercast.time_budget import SOLVER_BUILD_SECONDS_PER_TASK
 #: run): the rate grows with the model, about 0.7 per decade of constraints (fsdp_layers 2 layers, 2,734
 #: constraints: 0.52; 4 layers, 8,176: 1.01; 8 layers, 27,172: 1.37; fsdp_tp 21,224: 1.24; simple_fsdp
 #: 24,935: 0.66, the outlier), so `search_rate` takes it from the constraint count; several compute
-#: streams: 0.10-0.44, no trend (median 0.25); program times (past MAX_POSITION_PAIRS, windows, fixed
-#: orders): 0.1-0.47 on the shared cores, 0.45 assumed when quiet.
+#: streams: 0.10-0.44, no trend (median 0.25); program times (past MAX_POSITION_PAIRS, and windows):
+#: 0.1-0.47 on the shared cores, 0.45 assumed when quiet.
 SEARCH_UNITS_PER_SECOND = {"positions": (0.5, 0.7), "program_times": (0.45, 0.0), "streams": (0.25, 0.0)}
 #: (rate at 2,734 constraints, change per decade of constraints), clipped to this range
 SEARCH_RATE_RANGE = (0.2, 1.3)

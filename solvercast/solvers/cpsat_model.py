@@ -108,7 +108,7 @@ class CpsatModel:
         self._past_ptime = -1  # the past's last program time (windowed)
         self.before: dict[tuple[int, int], cp_model.IntVar] = {}  # position model: a before b on the default stream
         # memory over program positions (see `_program_positions`): one compute stream, a budget, the whole
-        # problem (windows and fixed orders keep program times), and few enough pairs to order
+        # problem (windows keep program times; a fixed order takes positions too), and few enough pairs to order
         self.positions = (positions and self.single_stream and budget is not None and not scope.windowed
                           and len(self._unordered_pairs) <= MAX_POSITION_PAIRS)
         if scope.past:
