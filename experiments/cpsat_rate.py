@@ -68,21 +68,23 @@ def main():
             seen["cpu"] = time.process_time() - c0
 
     cp_model.CpSolver.Solve = measured_solve
-    print("case,tasks,variables,booleans,constraints,intervals,status,wall,cpu,search_start,det,rate", flush=True)
-    for label, p in problems(args.only):
-        budget = simulate(p, Schedule.original(p)).peak_memory
-        p = p.with_budget(budget)
-        hint = best_heuristic(p, memory_budget=budget)
-        logs: list[str] = []
-        r = cpsat.solve_cpsat(p, time_limit=args.seconds, memory_budget=budget, hint=hint, deterministic=False,
-                              workers=1, log_progress=logs.append)
-        started = next((float(re.search(r"at ([0-9.]+)s", line).group(1)) for line in logs
-                        if "Starting search" in line), float("nan"))
-        det = r.stats["deterministic_time"]
-        print(f"{label},{p.num_tasks},{seen['variables']},{seen['booleans']},{seen['constraints']},{seen['intervals']},"
-              f"{r.status.value},{r.stats['solver_wall_time']:.2f},{seen['cpu']:.2f},{started:.2f},{det:.4f},"
-              f"{det / seen['cpu']:.4f}", flush=True)
-    cp_model.CpSolver.Solve = solve
+    try:
+        print("case,tasks,variables,booleans,constraints,intervals,status,wall,cpu,search_start,det,rate", flush=True)
+        for label, p in problems(args.only):
+            budget = simulate(p, Schedule.original(p)).peak_memory
+            p = p.with_budget(budget)
+            hint = best_heuristic(p, memory_budget=budget)
+            logs: list[str] = []
+            r = cpsat.solve_cpsat(p, time_limit=args.seconds, memory_budget=budget, hint=hint, deterministic=False,
+                                  workers=1, log_progress=logs.append)
+            started = next((float(re.search(r"at ([0-9.]+)s", line).group(1)) for line in logs
+                            if "Starting search" in line), float("nan"))
+            det = r.stats["deterministic_time"]
+            print(f"{label},{p.num_tasks},{seen['variables']},{seen['booleans']},{seen['constraints']},{seen['intervals']},"
+                  f"{r.status.value},{r.stats['solver_wall_time']:.2f},{seen['cpu']:.2f},{started:.2f},{det:.4f},"
+                  f"{det / seen['cpu']:.4f}", flush=True)
+    finally:
+        cp_model.CpSolver.Solve = solve
 
 
 if __name__ == "__main__":
