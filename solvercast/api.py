@@ -13,7 +13,7 @@ import torch.fx as fx
 from solvercast.bounds import lower_bounds
 from solvercast.budget import resolve_budget
 from solvercast.errors import InfeasibleBudgetError, SolvercastError
-from solvercast.extract import extract_problem
+from solvercast.extract import extract_problem, graph_name
 from solvercast.gc_paused import gc_paused
 from solvercast.nodes import schemaless_ops
 from solvercast.methods import BY_NAME, Kind, names
@@ -21,7 +21,7 @@ from solvercast.problem import Problem
 from solvercast.report import Report
 from solvercast.schedule import Schedule
 from solvercast.simulate import SimResult, simulate, validate
-from solvercast.time_budget import MIN_SOLVER_SECONDS, TimePlan, plan_time
+from solvercast.time_budget import MIN_SOLVER_SECONDS, TimePlan, analysis_seconds, can_analyse, plan_time
 
 #: `optimize`'s methods: the registry's selectable entries (`solvercast.methods`)
 METHODS = names(Kind.SOLVER, Kind.BEST, Kind.HEURISTIC, Kind.ORIGINAL, selectable=True)
@@ -32,17 +32,25 @@ AUTO_CPSAT_MAX_TASKS = 4000
 
 @dataclass
 class OptimizeResult:
-    gm: fx.GraphModule  # the optimized, lowered module (the input is untouched)
-    schedule: Schedule
+    # the optimized, lowered module (the input is untouched); the input itself when the time limit could
+    # not pay for reading it (``report.analysed`` False: then schedule, problem and simulations are None)
+    gm: fx.GraphModule
+    schedule: Schedule | None
     report: Report
-    problem: Problem
-    baseline: SimResult
-    optimized: SimResult
+    problem: Problem | None
+    baseline: SimResult | None
+    optimized: SimResult | None
     frontier: object = None  # `solvercast.pareto.Frontier` when several memory budgets were given
+
+    def _require_analysis(self) -> None:
+        if not self.report.analysed:
+            raise SolvercastError(f"nothing to draw: {self.report.fallback}")
 
     def save_trace(self, path: str) -> None:
         """The predicted baseline and optimized schedules as a Chrome trace (Perfetto, chrome://tracing)."""
         from solvercast.visualize import write_chrome_trace
+
+        self._require_analysis()
 
         write_chrome_trace(path, self.problem, {"baseline": self.baseline, "optimized": self.optimized},
                            memory_budget=self.report.memory_budget)
@@ -51,6 +59,7 @@ class OptimizeResult:
         """A PNG: Gantt chart per stream (baseline above, optimized below) and memory against the budget."""
         from solvercast.visualize import plot_schedules
 
+        self._require_analysis()
         plot_schedules(path, self.problem, {"baseline": self.baseline, "optimized": self.optimized},
                        memory_budget=self.report.memory_budget, frontier=self.frontier)
 
@@ -90,17 +99,23 @@ def optimize(
 
     Returns an `OptimizeResult`; ``res.gm`` is a new module. If no method
     beats the original order, the original order is returned and the report
-    says so. Raises `InfeasibleBudgetError` (naming the smallest peak any
+    says so. The call returns within about ``time_limit``: a limit too short
+    to read the graph at all (`solvercast.time_budget.can_analyse`, by its
+    node count) returns ``gm`` itself, untouched, with a report that says so
+    (``res.report.analysed`` False). Raises `InfeasibleBudgetError` (naming the smallest peak any
     method reached) when nothing fits the budget, `ExtractionError` for graphs
     without shape metadata, `ValueError` for bad arguments.
     """
     _check_arguments(method, time_limit)
+    started = time.perf_counter()
+    num_nodes = len(gm.graph.nodes)
+    if not can_analyse(time_limit, num_nodes):  # too short to read the graph: untouched beats late
+        return _unanalysed(gm, num_nodes, time_limit, started, progress)
     if isinstance(memory_budget, (list, tuple)):
         return _optimize_budgets(gm, memory_budget, time_limit, device=device, compute_streams=compute_streams,
                                  method=method, preserve_collective_order=preserve_collective_order,
                                  deterministic=deterministic, comm_ops=comm_ops, cost_fn=cost_fn, cost_model=cost_model,
                                  progress=progress)
-    started = time.perf_counter()
     extracted = extract_for_optimize(gm, device=device, compute_streams=compute_streams, comm_ops=comm_ops,
                                      cost_fn=cost_fn, cost_model=cost_model,
                                      preserve_collective_order=preserve_collective_order)
@@ -202,6 +217,16 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
     report = Report.build(problem, baseline, optimized, bounds, budget, schedule, solver_info, phases, time_limit)
     return OptimizeResult(gm=out_gm, schedule=schedule, report=report, problem=problem, baseline=baseline,
                           optimized=optimized)
+
+
+def _unanalysed(gm: fx.GraphModule, num_nodes: int, time_limit: float, started: float, progress) -> OptimizeResult:
+    """`optimize` when ``time_limit`` cannot pay for reading ``gm``: ``gm`` itself, and a report that says
+    so (`Report.unanalysed`); no problem, schedule or simulation."""
+    report = Report.unanalysed(graph_name(gm), num_nodes, analysis_seconds(num_nodes), time_limit,
+                               {"total": round(time.perf_counter() - started, 4)})
+    if progress is not None:
+        progress(report.fallback)
+    return OptimizeResult(gm=gm, schedule=None, report=report, problem=None, baseline=None, optimized=None)
 
 
 def _optimize_budgets(gm, budgets, time_limit: float, **options) -> OptimizeResult:

@@ -119,6 +119,9 @@ def cmd_optimize(args) -> int:
                    preserve_collective_order=not args.reorder_collectives, deterministic=not args.wall_clock,
                    cost_model=cost_model, progress=say)
     print(res.report)
+    if not res.report.analysed and (args.trace or args.plot):
+        print("no trace or plot: the graph was not analysed", file=sys.stderr)
+        args.trace = args.plot = None
     if args.trace:
         res.save_trace(args.trace)
         print(f"trace written to {args.trace} (open in https://ui.perfetto.dev or chrome://tracing)")

@@ -393,10 +393,11 @@ def extract_problem(
                       sync_overhead=costs.sync_overhead(), memory_budget=memory_budget)
     return Problem(tasks=tuple(tasks), edges=tuple(edges), buffers=tuple(buffers), machine=machine,
                    preserve_collective_order=preserve_collective_order,
-                   name=_graph_name(gm))
+                   name=graph_name(gm))
 
 
-def _graph_name(gm: fx.GraphModule) -> str:
+def graph_name(gm: fx.GraphModule) -> str:
+    """The name a problem extracted from ``gm`` gets: the built-in model and its parameters, else the class."""
     info = getattr(gm, "meta", {}).get("solvercast") if isinstance(getattr(gm, "meta", None), dict) else None
     if info and info.get("model"):
         params = ",".join(f"{k}={v}" for k, v in sorted(info.get("params", {}).items()))

@@ -105,7 +105,10 @@ def tensor_info(v: Any) -> Optional[tuple[tuple[int, ...], torch.dtype]]:
     """(hinted shape, dtype) for a tensor or TensorMetadata, else None.
     Unbacked sizes become :data:`UNBACKED_SIZE_FALLBACK`."""
     if isinstance(v, torch.Tensor):
-        return tuple(_hint_size(s) for s in v.shape), v.dtype
+        shape = tuple(v.shape)
+        if all(type(s) is int for s in shape):  # static sizes: nothing to hint
+            return shape, v.dtype
+        return tuple(_hint_size(s) for s in shape), v.dtype
     shape = getattr(v, "shape", None)
     dtype = getattr(v, "dtype", None)
     if shape is not None and isinstance(dtype, torch.dtype):
@@ -173,11 +176,13 @@ def once_per_node(fact: Callable[[torch.fx.Node], Any], node: torch.fx.Node) -> 
     cache = _FROZEN.get()
     if cache is None:
         return fact(node)
-    key = (fact, node)
+    per_node = cache.get(fact)  # one dict per fact: no key tuple to build and hash per call
+    if per_node is None:
+        per_node = cache[fact] = {}
     try:
-        return cache[key]
+        return per_node[node]
     except KeyError:
-        value = cache[key] = fact(node)
+        value = per_node[node] = fact(node)
         return value
 
 

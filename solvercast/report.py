@@ -50,6 +50,24 @@ class Report:
     # where costs came from, when measured (`solvercast.calibrate`, `solvercast.profiled`): how many ops
     # the measurements covered and how many fell back to the analytic model
     costs: str | None = None
+    # False when the time limit could not pay for reading the graph: the module came back untouched, and
+    # every figure above is None (`Report.unanalysed`)
+    analysed: bool = True
+
+    @classmethod
+    def unanalysed(cls, name: str, num_nodes: int, needed: float, time_limit: float, phases: dict) -> "Report":
+        """The report of a call whose ``time_limit`` could not pay for the ``needed`` seconds that reading
+        a graph of ``num_nodes`` nodes and handing back a copy take (`solvercast.time_budget.can_analyse`):
+        the input is returned as it is, and nothing about it is known."""
+        return cls(
+            problem=name, tasks=num_nodes, compute_streams=0, comm_streams=0, baseline_makespan=None,
+            optimized_makespan=None, baseline_exposed_comm=None, optimized_exposed_comm=None,
+            baseline_peak_memory=None, optimized_peak_memory=None, memory_budget=None, bounds={}, gap=None,
+            method="original", heuristic=None, solver=None, solver_status=None, solver_bound=None,
+            best_bound=None, solver_message=None, time_limit=time_limit, phases=phases, analysed=False,
+            fallback=(f"not analysed: reading {num_nodes} nodes and copying them back takes about {needed:.1f} s, "
+                      f"more than the {time_limit:g} s limit; the module is returned untouched (a limit of "
+                      f"{needed:.1f} s or more has it analysed)"))
 
     @classmethod
     def build(cls, problem: Problem, baseline: SimResult, optimized: SimResult, bounds: Bounds, budget: int,
@@ -72,7 +90,9 @@ class Report:
             costs=info.get("costs"))
 
     @property
-    def speedup(self) -> float:
+    def speedup(self) -> float | None:
+        if not self.analysed:
+            return None
         return self.baseline_makespan / self.optimized_makespan if self.optimized_makespan else 1.0
 
     def to_dict(self) -> dict:
@@ -85,6 +105,11 @@ class Report:
         def pct(new, old):
             return "" if not old else f"{(new - old) / old:+.1%}"
 
+        if not self.analysed:
+            return (f"solvercast report: {self.problem} ({self.tasks} nodes), not analysed\n"
+                    f"  fallback         {self.fallback}\n"
+                    "  time             " + ", ".join(f"{k} {v:.2f} s" for k, v in self.phases.items())
+                    + f" (limit {self.time_limit:g} s)")
         rows = [
             ("", "baseline", "optimized", "change"),
             ("makespan", _us(self.baseline_makespan), _us(self.optimized_makespan),

@@ -28,6 +28,9 @@ LOWERING_SECONDS_PER_TASK = (5.0e-5, 9.0e-5)
 STRUCTURAL_BOUNDS_SECONDS_PER_TASK = 5.0e-5
 #: seconds every call costs whatever its size (imports on first use, the report)
 FIXED_SECONDS = 0.05
+#: seconds per graph node of handing back the original order (a copy of the graph, anchors stripped):
+#: 2.0-2.3e-5 at 10,000 and 40,000 nodes
+KEEP_ORIGINAL_SECONDS_PER_NODE = 2.5e-5
 #: share of the time left after the fixed costs that the heuristics may spend when a solver follows
 HEURISTIC_SHARE = 0.4
 #: reference microseconds of heuristic work (`heuristics.work.PASS_COST_US`) bought by one second: the
@@ -81,3 +84,15 @@ def plan_time(time_limit: float, num_tasks: int, compute_streams: int, solver_fo
     return TimePlan(time_limit=time_limit, fixed_seconds=fixed, lowering_seconds=lowering,
                     heuristic_seconds=left * HEURISTIC_SHARE if solver_follows else left, left_seconds=left,
                     solver_follows=solver_follows, structural_bounds=structural, num_tasks=num_tasks)
+
+
+def analysis_seconds(num_nodes: int) -> float:
+    """Predicted seconds of the least an analysed call does: read the graph (extraction and the baseline's
+    simulation) and hand back a copy of it in its original order."""
+    return FIXED_SECONDS + num_nodes * (EXTRACT_SECONDS_PER_TASK + KEEP_ORIGINAL_SECONDS_PER_NODE)
+
+
+def can_analyse(time_limit: float, num_nodes: int) -> bool:
+    """Whether ``time_limit`` pays for `analysis_seconds`; when it does not, `optimize` returns the module
+    untouched rather than late. Decided from the node count alone: the same on every rank."""
+    return analysis_seconds(num_nodes) <= time_limit

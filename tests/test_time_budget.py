@@ -1,11 +1,13 @@
 """The time limit as a plan (issue 17): the heuristics' deterministic work budget, the plan's arithmetic,
 and `optimize`'s accounting. Nothing here is timed: each test checks counted work or the plan."""
 
+import json
 import time
 
 import pytest
 
 from solvercast import Schedule, optimize, simulate
+from solvercast.errors import SolvercastError
 from solvercast.heuristics import best_heuristic, run_heuristics
 from solvercast.heuristics.best import PORTFOLIO
 from solvercast.heuristics.work import WorkBudget, pass_cost, work_budget
@@ -16,7 +18,7 @@ from solvercast.testing import random_problem
 from solvercast.solvers.cpsat import solve_cpsat
 from solvercast.solvers.result import SolveStatus
 from solvercast.time_budget import (MIN_SOLVER_SECONDS, SOLVER_BUILD_SECONDS_PER_TASK, STRUCTURAL_BOUNDS_SECONDS_PER_TASK,
-                                    plan_time)
+                                    analysis_seconds, can_analyse, plan_time)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +114,7 @@ def test_plan_shares_what_the_fixed_costs_leave(limit, tasks, streams, solver):
 
 def test_optimize_under_a_tiny_limit_returns_the_original_order_within_budget():
     gm = build("synthetic", tasks=300, seed=1)
-    res = optimize(gm, time_limit=0.001)
+    res = optimize(gm, time_limit=analysis_seconds(len(gm.graph.nodes)))  # reads the graph, no more
     r = res.report
     assert r.time_plan["left_seconds"] == 0
     assert set(PORTFOLIO[1]) <= set(r.heuristics_cut)
@@ -131,7 +133,7 @@ def test_lowering_a_kept_original_order_equals_the_copy():
     """The module `optimize` returns for a kept original order, without lowering, is what lowering that
     order builds: also from a lowered two-stream graph, whose anchors lowering strips."""
     gm = build("tp_block", layers=1)
-    res = optimize(gm, time_limit=0.001)
+    res = optimize(gm, time_limit=analysis_seconds(len(gm.graph.nodes)))
     assert res.report.method == "original"
     assert lower(gm, res.problem, Schedule.original(res.problem)).code == res.gm.code
     two = optimize(gm, compute_streams=2, time_limit=5)
@@ -168,3 +170,41 @@ def test_no_solver_is_started_that_cannot_pay_for_building_its_model():
     res = solve_cpsat(problem, time_limit=5, hint=hint, deadline=time.perf_counter())
     assert res.status == SolveStatus.HINT_KEPT and res.schedule == hint and res.stats["stopped_by_wall_clock"]
     assert "no time left to build" in res.message
+
+
+def test_a_limit_that_cannot_pay_for_reading_the_graph_returns_it_untouched(monkeypatch, tmp_path, capsys):
+    """Below `analysis_seconds` `optimize` does not even extract (it would be late): the input comes back
+    as it is, and the report says so; at the limit it analyses. Decided by the node count alone."""
+    gm = build("synthetic", tasks=300, seed=1)
+    nodes = len(gm.graph.nodes)
+    needed = analysis_seconds(nodes)
+    assert can_analyse(needed, nodes) and not can_analyse(needed * 0.99, nodes)
+    assert not can_analyse(needed, nodes + 100)  # more nodes need more time
+
+    import solvercast.api as api
+
+    def no_extraction(*args, **kwargs):
+        raise AssertionError("an unanalysed call must not extract")
+
+    with monkeypatch.context() as m:
+        m.setattr(api, "extract_problem", no_extraction)
+        heard = []
+        res = optimize(gm, time_limit=needed * 0.99, memory_budget=[1.0, None], progress=heard.append)
+        assert res.gm is gm and res.problem is res.schedule is res.baseline is res.optimized is None
+        r = res.report
+        assert not r.analysed and r.method == "original" and r.tasks == nodes
+        assert r.optimized_makespan is None and r.speedup is None and r.gap is None
+        assert "not analysed" in str(r) and f"{needed:.1f} s" in r.fallback and heard == [r.fallback]
+        assert json.loads(json.dumps(r.to_dict()))["analysed"] is False
+        with pytest.raises(SolvercastError, match="not analysed"):
+            res.save_trace(str(tmp_path / "trace.json"))
+        # the CLI prints the report and skips the pictures instead of failing
+        from solvercast.cli import main
+
+        assert main(["optimize", "--model", "synthetic", "--param", "tasks=300", "--param", "seed=1",
+                     "--time-limit", f"{needed * 0.99}", "--trace", str(tmp_path / "t.json"),
+                     "--plot", str(tmp_path / "p.png")]) == 0
+        out = capsys.readouterr()
+        assert "not analysed" in out.out and "no trace or plot" in out.err
+        assert not (tmp_path / "t.json").exists()
+    assert optimize(gm, time_limit=needed).report.analysed
