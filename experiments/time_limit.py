@@ -53,16 +53,17 @@ def main():
                     res = optimize(gm, time_limit=limit, compute_streams=streams, memory_budget=budget)
                     wall = time.perf_counter() - start
                     r = res.report
-                    if full is None and size <= args.quality_max:
+                    if full is None and size <= args.quality_max and r.analysed:
                         try:
                             full = simulate(res.problem, best_heuristic(res.problem)).makespan
                         except InfeasibleBudgetError:
                             full = float("nan")
-                    quality = f"{r.optimized_makespan / full:.4f}" if full else "-"
+                    quality = f"{r.optimized_makespan / full:.4f}" if full and r.analysed else "-"
                     ph = r.phases
-                    print(f"| {r.tasks} | {streams} | {budget_arg} | {limit:g} | {wall:.2f} | {wall / limit:.2f} | "
+                    cut = ", ".join(r.heuristics_cut) or "-" if r.analysed else "**not analysed**: returned untouched"
+                    print(f"| {size} | {streams} | {budget_arg} | {limit:g} | {wall:.2f} | {wall / limit:.2f} | "
                           f"{ph.get('extract', 0):.2f} | {ph.get('heuristics', 0):.2f} | {ph.get('solve', 0):.2f} | "
-                          f"{ph.get('lower', 0):.2f} | {r.method} | {', '.join(r.heuristics_cut) or '-'} | {quality} |",
+                          f"{ph.get('lower', 0):.2f} | {r.method} | {cut} | {quality} |",
                           flush=True)
 
 
