@@ -424,6 +424,9 @@ class SolvercastPass:
 
         wrapper = graph_module(root, copy_graph)
         result = optimize(wrapper, **options)
+        self.last_result = result
+        if not result.report.analysed:  # the time limit could not pay for reading it: leave it as it is
+            return
         if options.get("compute_streams", 1) != 1:  # streams in torch.compile's own form
             from solvercast.compile_streams import annotate_graph_in_place, dynamo_registry
 
@@ -432,14 +435,12 @@ class SolvercastPass:
                                     new_event=new_event)
             # not pinned: whether Inductor keeps a node's stream once it is wrapped in control_deps is
             # unchecked without a GPU (issue 19's owed run), and its reordering may undo this order
-            self.last_result = result
             return
         self._reorder_in_place(graph, result, val_map)
         # Inductor would reorder it again (fusion, reorder_for_peak_memory): pin it
         from solvercast.pin_order import pin_order
 
         pin_order(graph)
-        self.last_result = result
 
     @staticmethod
     def _reorder_in_place(graph: fx.Graph, result: OptimizeResult, val_map: dict) -> None:

@@ -114,3 +114,17 @@ def test_graph_module_input_returns_an_equivalent_module():
             if n.op == "placeholder"]
     for a, b in zip(gm(*args), out(*args)):
         assert torch.equal(a, b)
+
+
+def test_graph_the_limit_cannot_read_is_left_as_it_is():
+    """A time limit below `analysis_seconds`: the fx.Graph is neither reordered nor pinned."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from solvercast.time_budget import analysis_seconds
+
+    gm = make_fx(step, tracing_mode="fake")(*inputs())
+    before = [(n.name, n.target) for n in gm.graph.nodes]
+    p = SolvercastPass(time_limit=analysis_seconds(len(gm.graph.nodes)) / 2)
+    assert p(gm.graph) is None
+    assert not p.last_result.report.analysed
+    assert [(n.name, n.target) for n in gm.graph.nodes] == before
