@@ -101,8 +101,9 @@ def optimize(
     beats the original order, the original order is returned and the report
     says so. The call returns within about ``time_limit``: a limit too short
     to read the graph at all (`solvercast.time_budget.can_analyse`, by its
-    node count) returns ``gm`` itself, untouched, with a report that says so
-    (``res.report.analysed`` False). Raises `InfeasibleBudgetError` (naming the smallest peak any
+    node count) returns ``gm`` itself, untouched (its peak unchecked against
+    ``memory_budget``), with a report that says so (``res.report.analysed``
+    False). Raises `InfeasibleBudgetError` (naming the smallest peak any
     method reached) when nothing fits the budget, `ExtractionError` for graphs
     without shape metadata, `ValueError` for bad arguments.
     """

@@ -66,7 +66,8 @@ class Report:
             method="original", heuristic=None, solver=None, solver_status=None, solver_bound=None,
             best_bound=None, solver_message=None, time_limit=time_limit, phases=phases, analysed=False,
             fallback=(f"not analysed: reading {num_nodes} nodes and copying them back takes about {needed:.1f} s, "
-                      f"more than the {time_limit:g} s limit; the module is returned untouched (a limit of "
+                      f"more than the {time_limit:g} s limit; the module is returned untouched, its peak against the "
+                      f"memory budget unchecked (a limit of "
                       f"{needed:.1f} s or more has it analysed)"))
 
     @classmethod
