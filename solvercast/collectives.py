@@ -46,7 +46,7 @@ import torch
 import torch.fx
 
 from solvercast.device import DeviceProfile, get_profile
-from solvercast.fxmeta import bound_args, hint_int, node_val, op_target, val_bytes
+from solvercast.fxmeta import attribute, bound_args, hint_int, node_val, op_target, val_bytes
 
 __all__ = [
     "CollectiveKind", "REGISTRY", "COLLECTIVE_KINDS", "COLLECTIVE_OCCUPANCY", "collective_time",
@@ -233,10 +233,10 @@ def legacy_process_group(node: torch.fx.Node) -> Any:
     if isinstance(pg, torch.fx.Node):
         if pg.op != "get_attr" or pg.graph.owning_module is None:
             return None
-        obj: Any = pg.graph.owning_module
-        for part in str(pg.target).split("."):
-            obj = getattr(obj, part, None)
-        pg = obj
+        try:
+            pg = attribute(pg.graph.owning_module, pg.target)
+        except AttributeError:
+            return None
     if isinstance(pg, torch.ScriptObject):
         try:
             import torch.distributed as dist

@@ -37,7 +37,7 @@ from torch.utils._pytree import tree_flatten
 from solvercast.cost import AnalyticCostModel, CostFnOverrides, CostModel
 from solvercast.device import DeviceProfile, get_profile
 from solvercast.errors import ExtractionError
-from solvercast.fxmeta import graph_frozen, hint_int
+from solvercast.fxmeta import attribute, graph_frozen, hint_int
 from solvercast.gc_paused import gc_paused
 from solvercast.nodes import NodeKind, classify, is_free_task, is_task
 from solvercast.problem import Buffer, Machine, Problem, Role, Task
@@ -163,10 +163,7 @@ def extract_problem(
 
     def value_of(node: fx.Node):
         if node.op == "get_attr" and "val" not in node.meta:
-            obj = gm
-            for part in str(node.target).split("."):
-                obj = getattr(obj, part)
-            return obj
+            return attribute(gm, node.target)
         if "val" not in node.meta:
             if _returns_nothing(node):  # make_fx records no value for ops that return None (foreach_add_, ...)
                 return None

@@ -19,7 +19,7 @@ import torch.fx
 __all__ = [
     "UNBACKED_SIZE_FALLBACK", "UnhintedSizeError", "hint_int", "tensor_info", "tensor_infos", "node_val",
     "is_tensor_like", "info_bytes", "val_bytes", "input_nodes", "bound_args", "graph_frozen", "once_per_node",
-    "node_infos",
+    "node_infos", "attribute",
 ]
 
 #: Size used for an unbacked symbolic size that has no hint (Inductor's
@@ -211,6 +211,15 @@ def _itemsize(dtype: torch.dtype) -> int:
 def val_bytes(v: Any) -> int:
     """Bytes of every tensor in a (nested) value (numel x itemsize, hinted sizes)."""
     return sum(info_bytes(i) for i in tensor_infos(v))
+
+
+def attribute(root: Any, qualified_name: str) -> Any:
+    """What a ``get_attr`` node's target (``"layer.weight"``) names on ``root`` (its graph's module);
+    raises ``AttributeError`` when it names nothing."""
+    obj = root
+    for part in str(qualified_name).split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def input_nodes(node: torch.fx.Node) -> list[torch.fx.Node]:

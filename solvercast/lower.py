@@ -50,6 +50,7 @@ from torch.fx.node import map_arg
 
 from solvercast import ops
 from solvercast.errors import InvalidScheduleError, SolvercastError
+from solvercast.fxmeta import attribute
 from solvercast.gc_paused import gc_paused
 from solvercast.nodes import classify, is_distributed, is_task
 from solvercast.problem import Problem, Role
@@ -108,13 +109,10 @@ def _val(node: fx.Node, gm: fx.GraphModule | None = None):
     if "example_value" in node.meta:
         return node.meta["example_value"]
     if node.op == "get_attr" and gm is not None:
-        obj = gm
         try:
-            for part in str(node.target).split("."):
-                obj = getattr(obj, part)
+            return attribute(gm, node.target)
         except AttributeError:
             return None
-        return obj
     return None
 
 
