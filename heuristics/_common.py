@@ -146,9 +146,12 @@ class ReadySet:
     (net of what it allocates; ties by priority) and marks ``over_budget``.
     ``fill``: an optional predicate for a second, filtered view of the ready
     tasks (`pick(fill=True)`, which never forces a task over the budget).
+    ``picks=False``: the caller chooses among the ready tasks itself (`nondelay_schedule`) and never
+    calls `pick`, so the priority index and the net-free heap are not kept (they cost most of an issue).
     """
 
-    def __init__(self, problem: Problem, priority: Sequence[int], budget: int | None = None, fill=None):
+    def __init__(self, problem: Problem, priority: Sequence[int], budget: int | None = None, fill=None,
+                 picks: bool = True):
         n = problem.num_tasks
         self.problem = problem
         self.priority = list(priority)
@@ -163,9 +166,10 @@ class ReadySet:
         self.budget = budget
         self.memory = StepMemory(problem) if budget is not None else None
         self.over_budget = False
-        self.tree = _MinTree(n)
+        self.picks = picks
+        self.tree = _MinTree(n) if picks else None
         self.fill = fill
-        self.fill_tree = _MinTree(n) if fill is not None else None
+        self.fill_tree = _MinTree(n) if fill is not None and picks else None
         self.is_ready = [False] * n
         self._heap: list[tuple[int, int, int]] = []  # (-(net free), priority pos, task), lazily invalidated
         self.order: list[int] = []
@@ -185,6 +189,8 @@ class ReadySet:
 
     def _make_ready(self, t: int) -> None:
         self.is_ready[t] = True
+        if not self.picks:
+            return
         key = self._key(t)
         self.tree.set(self.pos[t], key)
         if self.fill_tree is not None and self.fill(t):
@@ -214,13 +220,16 @@ class ReadySet:
             raise AssertionError(f"task {t} issued before it is ready")
         self.is_ready[t] = False
         self.order.append(t)
-        self.tree.set(self.pos[t], INF)
-        if self.fill_tree is not None:
-            self.fill_tree.set(self.pos[t], INF)
+        if self.picks:
+            self.tree.set(self.pos[t], INF)
+            if self.fill_tree is not None:
+                self.fill_tree.set(self.pos[t], INF)
         if self.memory is not None:
-            for u in self.memory.issue(t):
-                if self.is_ready[u]:
-                    self._push_net(u)
+            grew = self.memory.issue(t)
+            if self.picks:
+                for u in grew:
+                    if self.is_ready[u]:
+                        self._push_net(u)
         indeg = self.indeg
         for s in self.succs[t]:
             indeg[s] -= 1

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from solvercast.engine import last_holders
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 
@@ -95,25 +96,17 @@ class SwapState(LinkedOrder):
     def __init__(self, problem: Problem, order: Sequence[int]):
         n = problem.num_tasks
         super().__init__(order, n)
-        pos = [0] * n
-        for i, t in enumerate(order):
-            pos[t] = i
-
         self.alloc = list(problem.allocated_bytes)
         self.free = [0] * n
         self.pre = [0] * n
-        self.bufs_of: list[list[int]] = [[] for _ in range(n)]  # freeable buffers each task holds
-        self.holders: list[frozenset[int]] = []
-        self.size: list[int] = []
-        self.last: list[int] = []
-        for k, (size, holders) in enumerate(problem.releasable):
-            self.size.append(size)
-            self.holders.append(holders)
-            last = max(holders, key=pos.__getitem__)
-            self.last.append(last)
-            self.free[last] += size
-            for h in holders:
-                self.bufs_of[h].append(k)
+        touches, _, _, _ = problem.release_counts
+        self.bufs_of = touches  # freeable buffers each task holds (read only)
+        self.holders: list[frozenset[int]] = [holders for _, holders in problem.releasable]
+        self.size: list[int] = [size for size, _ in problem.releasable]
+        self.last: list[int] = last_holders(problem, order)
+        free = self.free
+        for last, size in zip(self.last, self.size):
+            free[last] += size
         self.resident = resident = problem.initial_resident_bytes
         cur = resident
         for t in order:

@@ -130,9 +130,24 @@ def list_schedule(problem: Problem, memory_budget: int | float | None = None) ->
     return best_by_peak(tried)
 
 
+def _blame_tables(problem: Problem) -> tuple[list[list[int]], list[list[int]]]:
+    """(buffers each task produces, buffers each task reads), of the buffers that are allocated and read
+    (or outputs): while one is allocated and not yet read, a dead end blames its producer."""
+    n = problem.num_tasks
+    produced: list[list[int]] = [[] for _ in range(n)]
+    reads: list[list[int]] = [[] for _ in range(n)]
+    for k, buf in enumerate(problem.buffers):
+        if buf.producer is not None and buf.size and (buf.users or buf.is_output):
+            produced[buf.producer].append(k)
+            for u in buf.users:
+                reads[u].append(k)
+    return produced, reads
+
+
 def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft: int | None,
                    base: Sequence[int] | None = None, window: int | None = None,
-                   deferred: frozenset[int] = frozenset()) -> tuple[Schedule | None, bool, set[int]]:
+                   deferred: frozenset[int] = frozenset(), blame: tuple | None = None
+                   ) -> tuple[Schedule | None, bool, set[int]]:
     """One earliest-start pass (see `nondelay_schedule`); returns the schedule, whether it broke the
     budget, and the tasks to defer next time. With several compute streams a pass that runs out of
     memory stops there and returns no schedule; with one it goes on, forcing the task that frees the
@@ -152,10 +167,12 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
     The scan over ready tasks goes in tie order and, while no task can cross the soft limit, stops at
     the first that starts when the earliest stream is free: no later one can beat it. It compares at
     most `NONDELAY_SCAN` tasks (that fit the budget, with one compute stream; with several, whether a
-    task fits depends on its stream, so the streams are checked one by one)."""
+    task fits depends on its stream, so the streams are checked one by one).
+
+    ``blame``: `_blame_tables(problem)`, when the caller runs several passes."""
     charge(problem, "nondelay_pass")
     n = problem.num_tasks
-    ready = ReadySet(problem, range(n), budget)
+    ready = ReadySet(problem, range(n), budget, picks=False)
     timeline = Timeline(problem)
     tasks = problem.tasks
     wait_of = problem.wait_of
@@ -172,14 +189,7 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
     done = [False] * n
     frontier = 0
     tie = pos if base is not None else [-r for r in ranks]
-    # buffers allocated and not yet read, by producer: what a dead end blames
-    produced: list[list[int]] = [[] for _ in range(n)]
-    reads: list[list[int]] = [[] for _ in range(n)]
-    for k, buf in enumerate(problem.buffers):
-        if buf.producer is not None and buf.size and (buf.users or buf.is_output):
-            produced[buf.producer].append(k)
-            for u in buf.users:
-                reads[u].append(k)
+    produced, reads = blame if blame is not None else _blame_tables(problem)
     unread: dict[int, int] = {}
     culprits: set[int] = set()
     # Ready tasks: views apart (issued at once), the others in tie order, so that the scan can stop at
@@ -355,6 +365,7 @@ def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None
     limits = NONDELAY_SOFT_LIMITS if problem.machine.compute_streams == 1 else NONDELAY_SOFT_LIMITS[:2]
     passes = [(fraction, None, None) for fraction in limits]
     passes.append((1.0, range(problem.num_tasks), NONDELAY_ORIGINAL_WINDOW))
+    blame = _blame_tables(problem)
     ran, stopped = 0, False
     for fraction, base, window in passes:
         deferred: frozenset[int] = frozenset()
@@ -366,7 +377,7 @@ def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None
                 break
             ran += 1
             schedule, over, culprits = _nondelay_pass(problem, ranks, budget, int(budget * fraction), base, window,
-                                                      deferred)
+                                                      deferred, blame)
             if not over or culprits <= deferred:
                 break
             deferred |= culprits

@@ -26,8 +26,11 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
@@ -46,6 +49,70 @@ class MemoryProfile:
     peak_step: int  # program step at which the peak is reached (-1: before any step)
 
 
+@dataclass(frozen=True)
+class _ReleaseArrays:
+    """`Problem.allocated_bytes` and `Problem.releasable` as numpy arrays, for the whole-order memory
+    counts (`memory_profile`, `last_holders`): the heuristics count one order's memory a few dozen times
+    per call, and a Python loop over every buffer's holders was the larger part of each count."""
+
+    alloc: np.ndarray  # bytes each task allocates
+    size: np.ndarray  # bytes of each releasable buffer
+    holders: np.ndarray  # the holders of every releasable buffer, one after the other
+    starts: np.ndarray  # where each buffer's holders begin in ``holders`` (none is empty)
+
+
+_PER_PROBLEM: dict[tuple[int, str], object] = {}  # by (id(problem), what); an entry goes with its problem
+
+
+def _per_problem(problem: Problem, what: str, build):
+    """``build(problem)``, computed once per problem (`Problem` is frozen, so it cannot go stale)."""
+    key = (id(problem), what)
+    value = _PER_PROBLEM.get(key)
+    if value is None:
+        value = _PER_PROBLEM[key] = build(problem)
+        weakref.finalize(problem, _PER_PROBLEM.pop, key, None)
+    return value
+
+
+def _build_release_arrays(problem: Problem) -> _ReleaseArrays:
+    releasable = problem.releasable
+    counts = np.fromiter((len(h) for _, h in releasable), dtype=np.int64, count=len(releasable))
+    return _ReleaseArrays(
+        alloc=np.array(problem.allocated_bytes, dtype=np.int64),
+        size=np.fromiter((size for size, _ in releasable), dtype=np.int64, count=len(releasable)),
+        holders=np.fromiter(itertools.chain.from_iterable(h for _, h in releasable), dtype=np.int64,
+                            count=int(counts.sum())),
+        starts=np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64) if len(counts) else counts)
+
+
+def _release_arrays(problem: Problem) -> _ReleaseArrays:
+    return _per_problem(problem, "release arrays", _build_release_arrays)
+
+
+def _positions(problem: Problem, order: Sequence[int]) -> np.ndarray:
+    """Step of every task in ``order`` (0 for a task it leaves out)."""
+    pos = np.zeros(problem.num_tasks, dtype=np.int64)
+    pos[np.asarray(order, dtype=np.int64)] = np.arange(len(order), dtype=np.int64)
+    return pos
+
+
+def _last_steps(arrays: _ReleaseArrays, pos: np.ndarray) -> np.ndarray:
+    """Per releasable buffer, the step of its last holder."""
+    if not len(arrays.size):
+        return arrays.size
+    return np.maximum.reduceat(pos[arrays.holders], arrays.starts)
+
+
+def last_holders(problem: Problem, order: Sequence[int]) -> list[int]:
+    """Per releasable buffer (`Problem.releasable`), its holder issued last in ``order``: the step that
+    frees it."""
+    arrays = _release_arrays(problem)
+    if not len(arrays.size):
+        return []
+    order_arr = np.asarray(order, dtype=np.int64)
+    return order_arr[_last_steps(arrays, _positions(problem, order))].tolist()
+
+
 def memory_profile(problem: Problem, order: tuple[int, ...] | list[int]) -> MemoryProfile:
     """Resident bytes at each program step of ``order``.
 
@@ -57,27 +124,21 @@ def memory_profile(problem: Problem, order: tuple[int, ...] | list[int]) -> Memo
     estimator does.
     """
     n = len(order)
-    pos = [0] * problem.num_tasks
-    for i, t in enumerate(order):
-        pos[t] = i
-    alloc_at = [0] * n
-    free_at = [0] * n
-    for t, size in enumerate(problem.allocated_bytes):
-        alloc_at[pos[t]] += size
-    for size, holders in problem.releasable:
-        free_at[max(pos[h] for h in holders)] += size
     resident = problem.initial_resident_bytes
-    during = []
-    after = []
-    peak, peak_step = resident, -1
-    for k in range(n):
-        resident += alloc_at[k]
-        during.append(resident)
-        if resident > peak:
-            peak, peak_step = resident, k
-        resident -= free_at[k]
-        after.append(resident)
-    return MemoryProfile(peak=peak, during_step=tuple(during), after_step=tuple(after), peak_step=peak_step)
+    if n == 0:
+        return MemoryProfile(peak=resident, during_step=(), after_step=(), peak_step=-1)
+    arrays = _release_arrays(problem)
+    pos = _positions(problem, order)
+    alloc_at = np.zeros(n, dtype=np.int64)
+    np.add.at(alloc_at, pos, arrays.alloc)
+    free_at = np.zeros(n, dtype=np.int64)
+    np.add.at(free_at, _last_steps(arrays, pos), arrays.size)
+    after = resident + np.cumsum(alloc_at - free_at)
+    during = after + free_at
+    k = int(np.argmax(during))
+    peak, peak_step = (int(during[k]), k) if during[k] > resident else (resident, -1)
+    return MemoryProfile(peak=peak, during_step=tuple(during.tolist()), after_step=tuple(after.tolist()),
+                         peak_step=peak_step)
 
 
 class StepMemory:
@@ -308,6 +369,15 @@ def earliest_fit(active: list[tuple[int, int, float]], est: int, duration: int, 
         k = bisect.bisect_left(candidates, blocked_until, k + 1)
 
 
+_RUNS, _VIEW, _LAUNCHED = 0, 1, 2  # how a task is timed: on its stream, as a view, or as a launched collective
+
+
+def _timing_kinds(problem: Problem) -> list[int]:
+    wait_of = problem.wait_of
+    return [_VIEW if task.role == Role.FREE else _LAUNCHED if task.role == Role.COMM and t in wait_of else _RUNS
+            for t, task in enumerate(problem.tasks)]
+
+
 class Timeline:
     """Placement in program order: the timing rules, incrementally.
 
@@ -333,7 +403,7 @@ class Timeline:
         n = problem.num_tasks
         self.problem = problem
         self._pending: list[int] | None = None  # compute tasks with a duration still to place, per stream
-        if streams is not None:
+        if streams is not None and machine.compute_streams > 1:
             self._pending = [0] * machine.compute_streams
             for t, task in enumerate(problem.tasks):
                 if task.role != Role.FREE and task.duration and machine.is_compute_stream(streams[t]):
@@ -349,12 +419,12 @@ class Timeline:
         self.active: list[tuple[int, int, float]] = []
         self._tasks = problem.tasks
         self._sync_preds = problem.sync_preds
-        self._async = problem.wait_of
+        self._kinds = _per_problem(problem, "timing kinds", _timing_kinds)
 
     def _start(self, t: int, s: int, commit: bool) -> int:
-        task = self._tasks[t]
         end = self.end
-        if task.role == Role.FREE:
+        kind = self._kinds[t]
+        if kind == _VIEW:
             return max((end[p] for p in self._sync_preds[t]), default=0)
         sync = self.sync
         stream = self.stream
@@ -363,7 +433,7 @@ class Timeline:
             r = end[p] + (sync if stream[p] != s else 0)
             if r > ready:
                 ready = r
-        if task.role == Role.COMM and t in self._async:
+        if kind == _LAUNCHED:
             # launched from the default stream as a zero-time point there: the default stream
             # first waits for the collective's inputs, then the comm stream waits for it
             launch = self.launch_time(t)
@@ -371,7 +441,10 @@ class Timeline:
                 self.stream_free[0] = self.launch[t] = launch
             ready = launch + sync
         est = ready if ready > self.stream_free[s] else self.stream_free[s]
-        if self.share_gpu and s < self.compute_streams and task.duration:
+        if not self.share_gpu:
+            return est
+        task = self._tasks[t]
+        if s < self.compute_streams and task.duration:
             if self._pending is None:
                 floor = min(self.stream_free[: self.compute_streams])
             else:
@@ -401,20 +474,51 @@ class Timeline:
     def place(self, t: int, s: int) -> int:
         """Issue ``t`` on stream ``s`` now; returns its end time."""
         st = self._start(t, s, True)
-        task = self._tasks[t]
         self.start[t] = st
-        self.end[t] = st + task.duration
+        self.end[t] = end = st + self._tasks[t].duration
         self.stream[t] = s
-        if task.role != Role.FREE:
-            self.stream_free[s] = self.end[t]
-        return self.end[t]
+        if self._kinds[t] != _VIEW:
+            self.stream_free[s] = end
+        return end
 
 
 def replay(problem: Problem, order: Sequence[int], streams: Sequence[int]) -> Timeline:
     """The timeline of a finished schedule: every task of ``order`` placed on its stream."""
     timeline = Timeline(problem, streams)
+    if timeline.share_gpu:
+        for t in order:
+            timeline.place(t, streams[t])
+        return timeline
+    # one compute stream, so no occupancy rule: `place`'s rules inlined (every simulation runs this loop)
+    start, end, stream, free, launches = (timeline.start, timeline.end, timeline.stream, timeline.stream_free,
+                                          timeline.launch)
+    kinds, sync_preds, sync = timeline._kinds, timeline._sync_preds, timeline.sync
+    durations = _per_problem(problem, "durations", lambda p: [task.duration for task in p.tasks])
     for t in order:
-        timeline.place(t, streams[t])
+        s = streams[t]
+        kind = kinds[t]
+        if kind == _VIEW:
+            ready = max((end[p] for p in sync_preds[t]), default=0)
+            start[t], end[t], stream[t] = ready, ready + durations[t], s
+            continue
+        if kind == _LAUNCHED:  # its launch point on the default stream waits for its inputs
+            ready = free[0]
+            for p in sync_preds[t]:
+                r = end[p] + (sync if stream[p] != 0 else 0)
+                if r > ready:
+                    ready = r
+            free[0] = launches[t] = ready
+            ready += sync
+        else:
+            ready = 0
+            for p in sync_preds[t]:
+                r = end[p] + (sync if stream[p] != s else 0)
+                if r > ready:
+                    ready = r
+        if free[s] > ready:
+            ready = free[s]
+        start[t], end[t], stream[t] = ready, ready + durations[t], s
+        free[s] = end[t]
     return timeline
 
 
