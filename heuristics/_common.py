@@ -148,6 +148,10 @@ class ReadySet:
     tasks (`pick(fill=True)`, which never forces a task over the budget).
     ``picks=False``: the caller chooses among the ready tasks itself (`nondelay_schedule`) and never
     calls `pick`, so the priority index and the net-free heap are not kept (they cost most of an issue).
+
+    Without a budget the best ready task is simply the one first in priority: a heap of priority
+    positions (lazily cleared of issued tasks) finds it, in C; with one, a `_MinTree` over the
+    positions finds the first whose allocation fits.
     """
 
     def __init__(self, problem: Problem, priority: Sequence[int], budget: int | None = None, fill=None,
@@ -167,9 +171,13 @@ class ReadySet:
         self.memory = StepMemory(problem) if budget is not None else None
         self.over_budget = False
         self.picks = picks
-        self.tree = _MinTree(n) if picks else None
+        indexed = picks and self.memory is not None
+        self.tree = _MinTree(n) if indexed else None
         self.fill = fill
-        self.fill_tree = _MinTree(n) if fill is not None and picks else None
+        self.fill_tree = _MinTree(n) if fill is not None and indexed else None
+        # without a budget: ready (and, for `fill`, fill-eligible) priority positions, issued ones left in
+        self._first: list[int] | None = [] if picks and self.memory is None else None
+        self._fill_first: list[int] | None = [] if fill is not None and self._first is not None else None
         self.is_ready = [False] * n
         self._heap: list[tuple[int, int, int]] = []  # (-(net free), priority pos, task), lazily invalidated
         self.order: list[int] = []
@@ -189,6 +197,11 @@ class ReadySet:
 
     def _make_ready(self, t: int) -> None:
         self.is_ready[t] = True
+        if self._first is not None:
+            heapq.heappush(self._first, self.pos[t])
+            if self._fill_first is not None and self.fill(t):
+                heapq.heappush(self._fill_first, self.pos[t])
+            return
         if not self.picks:
             return
         key = self._key(t)
@@ -200,6 +213,14 @@ class ReadySet:
 
     def pick(self, fill: bool = False) -> int:
         """Best ready task (see class doc), or -1 when there is none."""
+        if self._first is not None:
+            heap, priority, is_ready = self._fill_first if fill else self._first, self.priority, self.is_ready
+            while heap:
+                t = priority[heap[0]]
+                if is_ready[t]:
+                    return t
+                heapq.heappop(heap)
+            return -1
         thr = INF if self.memory is None else self.budget - self.memory.cur
         tree = self.fill_tree if fill else self.tree
         i = tree.leftmost(thr)
@@ -220,7 +241,7 @@ class ReadySet:
             raise AssertionError(f"task {t} issued before it is ready")
         self.is_ready[t] = False
         self.order.append(t)
-        if self.picks:
+        if self.tree is not None:
             self.tree.set(self.pos[t], INF)
             if self.fill_tree is not None:
                 self.fill_tree.set(self.pos[t], INF)

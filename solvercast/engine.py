@@ -421,7 +421,7 @@ class Timeline:
         self._sync_preds = problem.sync_preds
         self._kinds = _per_problem(problem, "timing kinds", _timing_kinds)
 
-    def _start(self, t: int, s: int, commit: bool) -> int:
+    def _start(self, t: int, s: int, commit: bool = False) -> int:
         end = self.end
         kind = self._kinds[t]
         if kind == _VIEW:
@@ -467,9 +467,9 @@ class Timeline:
                 launch = r
         return launch
 
-    def start_on(self, t: int, s: int) -> int:
-        """Start time of ``t`` if it were issued now on stream ``s`` (nothing changes)."""
-        return self._start(t, s, False)
+    #: ``start_on(t, s)``: start time of ``t`` if it were issued now on stream ``s`` (nothing changes); the
+    #: list schedulers ask it for every candidate, so it is `_start` itself, not a call around it
+    start_on = _start
 
     def place(self, t: int, s: int) -> int:
         """Issue ``t`` on stream ``s`` now; returns its end time."""
