@@ -156,7 +156,7 @@ class ReadySet:
 
     def __init__(self, problem: Problem, priority: Sequence[int], budget: int | None = None, fill=None,
                  picks: bool = True):
-        n = problem.num_tasks
+        n = self._n = problem.num_tasks
         self.problem = problem
         self.priority = list(priority)
         self.pos = [0] * n
@@ -186,7 +186,7 @@ class ReadySet:
                 self._make_ready(t)
 
     def __bool__(self) -> bool:
-        return len(self.order) < len(self.pos)
+        return len(self.order) < self._n
 
     def _key(self, t: int) -> int:
         return self.memory.alloc[t] if self.memory is not None else 0

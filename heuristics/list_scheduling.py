@@ -225,12 +225,18 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
         if not (single and (t in wait_of or allowed[t] == (0,))):
             anywhere -= 1
 
+    start_on, launch_time = timeline.start_on, timeline.launch_time
+    alloc = mem.alloc if mem is not None else None
+    pot_free = mem.pot_free if mem is not None else None
+
     def scan(hold_back: bool):
         """The best ready task that fits the budget, as (key, task, stream), or None."""
         best = None
         floor = timeline.stream_free[0] if anywhere == 0 else min(timeline.stream_free)
+        cur = mem.cur if mem is not None else 0
         # the scan may stop early only while no task can cross the soft limit (all "grows" are 0)
-        can_stop = mem is None or (mem.cur if over_time is None else over_time.peak_from(floor)) + largest <= soft
+        can_stop = mem is None or (cur if over_time is None else over_time.peak_from(floor)) + largest <= soft
+        step_fits = over_time is None and mem is not None  # whether a task fits is known before its streams
         timed = examined = 0
         stop_after = None
         levels: dict[int, int] = {}
@@ -241,28 +247,29 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
                 continue
             if hold_back and t in deferred and pos[t] > frontier + NONDELAY_DEFER_WINDOW:
                 continue
-            if over_time is None and mem is not None and mem.cur + mem.alloc[t] > budget:
+            if step_fits and cur + alloc[t] > budget:
                 continue
             if timed == NONDELAY_SCAN or examined == NONDELAY_EXAMINE:
                 break
             examined += 1
             fitted = False
+            launched = t in wait_of
             for s in allowed[t]:
                 # a collective competes for the default stream with its launch point
-                start = timeline.launch_time(t) if t in wait_of else timeline.start_on(t, s)
+                start = launch_time(t) if launched else start_on(t, s)
                 grows = 0
                 if mem is not None:
                     if over_time is None:
-                        resident = mem.cur + mem.alloc[t]
+                        resident = cur + alloc[t]
                     else:  # what is resident from when its buffers are born (a collective's: its start)
-                        born = timeline.start_on(t, s) if t in wait_of else start
+                        born = start_on(t, s) if launched else start
                         if born not in levels:  # many candidates start when a stream is free
                             levels[born] = over_time.peak_from(born)
-                        resident = levels[born] + mem.alloc[t]
+                        resident = levels[born] + alloc[t]
                         if resident > budget:
                             continue
                     if resident > soft:
-                        grows = 1 + mem.alloc[t] - mem.pot_free[t]  # over the soft limit: drain first
+                        grows = 1 + alloc[t] - pot_free[t]  # over the soft limit: drain first
                 fitted = True
                 key = (grows, start, tie[t], s != default[t], s, t)
                 if best is None or key < best[0]:
@@ -272,10 +279,11 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
                 stop_after = best[0][2]  # only tasks with the same tie can still win (stream, id)
         return best
 
+    is_ready, succs, chain = ready.is_ready, problem.succs, ready.chain
     for t in range(n):
-        if ready.is_ready[t]:
+        if is_ready[t]:
             add(t)
-    while ready:
+    for _ in range(n):  # one task issued per step
         if views:
             t, s = min(views), None
         else:
@@ -302,9 +310,12 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
         for k in produced[t]:
             unread[k] = t
         ready.issue(t)
-        for u in list(problem.succs[t]) + ([ready.chain[t]] if t in ready.chain else []):
-            if ready.is_ready[u]:
+        for u in succs[t]:
+            if is_ready[u]:
                 add(u)
+        u = chain.get(t)
+        if u is not None and is_ready[u]:
+            add(u)
         if s is None:
             timeline.place(t, default[t])
         else:
