@@ -1,0 +1,129 @@
+"""The heuristics' wall time before and after a change, side by side in one run.
+
+For each size and compute-stream count, ``models.build("synthetic", tasks=N, seed=1)`` is extracted and
+every heuristic, the swap pass and the whole default portfolio (`best_heuristic`: every heuristic, the
+swaps, a judging `validate` of each; no work budget) are timed, under memory budget 1.0 x original peak
+and none, by two worker processes: one importing the code of a base commit (a ``git archive`` of it,
+laid out as the installed package), one this checkout. The two alternate per size, so both see the same
+machine load. Times are the best of ``--repeat`` runs, with the garbage collector paused (as `optimize`
+runs the heuristics). Each worker also reports the schedules' makespans, which must agree.
+
+    .venv/bin/python experiments/portfolio_speed.py --base 7b0d0bb --sizes 1000 3000 10000 --streams 1 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+METHODS = ("list", "nondelay", "comm_priority", "raise_comms", "sink_waits", "original+swap", "nondelay+swap",
+           "best_heuristic")
+
+
+def worker(tasks: int, streams: int, repeat: int) -> None:
+    from solvercast import Schedule, extract_problem, simulate
+    from solvercast.heuristics import (best_heuristic, comm_priority_schedule, iterative_swap, list_schedule,
+                                       nondelay_schedule)
+    from solvercast.heuristics._common import budget_bytes
+    from solvercast.models import build
+
+    gm = build("synthetic", tasks=tasks, seed=1)
+    base = extract_problem(gm, compute_streams=streams)
+    gc.collect()
+    gc.disable()
+    for ratio in (1.0, None):
+        budget = budget_bytes(base, ratio) if ratio is not None else None
+        p = base.with_budget(budget)
+        nondelay = nondelay_schedule(p, budget)
+        runs = {
+            "list": lambda: list_schedule(p, budget),
+            "nondelay": lambda: nondelay_schedule(p, budget),
+            "comm_priority": lambda: comm_priority_schedule(p, memory_budget=budget),
+            "raise_comms": lambda: comm_priority_schedule(p, True, False, False, memory_budget=budget),
+            "sink_waits": lambda: comm_priority_schedule(p, False, True, False, memory_budget=budget),
+            "original+swap": lambda: iterative_swap(p, Schedule.original(p), budget),
+            "nondelay+swap": lambda: iterative_swap(p, nondelay, budget),
+            "best_heuristic": lambda: best_heuristic(p, budget),
+        }
+        for name in METHODS:
+            best, schedule = float("inf"), None
+            for _ in range(repeat):
+                start = time.perf_counter()
+                schedule = runs[name]()
+                best = min(best, time.perf_counter() - start)
+            print(json.dumps({"budget": ratio, "method": name, "seconds": best,
+                              "makespan": simulate(p, schedule).makespan, "picked": schedule.method}), flush=True)
+
+
+def base_tree(commit: str, into: Path) -> Path:
+    """``commit``'s code laid out as installed (`solvercast`, with `heuristics` and `models` inside it)."""
+    archive = into / "src.tar"
+    with open(archive, "wb") as f:
+        subprocess.run(["git", "-C", str(ROOT), "archive", commit, "solvercast", "heuristics", "models"], stdout=f,
+                       check=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(into / "src")
+    site = into / "site"
+    (site).mkdir()
+    os.rename(into / "src" / "solvercast", site / "solvercast")
+    os.rename(into / "src" / "heuristics", site / "solvercast" / "heuristics")
+    os.rename(into / "src" / "models", site / "solvercast" / "models")
+    return site
+
+
+def run_worker(site: Path | None, tasks: int, streams: int, repeat: int, cwd: str) -> dict:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    if site is not None:
+        env["PYTHONPATH"] = str(site)  # found before the editable install of this checkout
+    out = subprocess.run([sys.executable, __file__, "--worker", str(tasks), str(streams), "--repeat", str(repeat)],
+                         env=env, cwd=cwd, capture_output=True, text=True, check=True).stdout
+    return {(r["budget"], r["method"]): r for r in map(json.loads, out.splitlines())}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", default="7b0d0bb", help="the commit to compare with")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 3000, 10000])
+    parser.add_argument("--streams", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--worker", type=int, nargs=2, metavar=("TASKS", "STREAMS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        worker(*args.worker, args.repeat)
+        return 0
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "solvercast", "heuristics"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    print(f"command: `{shlex.join([os.path.relpath(sys.executable, ROOT), 'experiments/portfolio_speed.py'] + (argv if argv is not None else sys.argv[1:]))}`")
+    print(f"base {args.base} against {head}{' (with uncommitted changes)' if dirty else ''}; {os.cpu_count()} cores, "
+          f"load average at start {os.getloadavg()[0]:.1f}; best of {args.repeat}, seconds, garbage collector paused\n")
+    print("| tasks | streams | budget | method | before (s) | after (s) | after / before | same makespan |")
+    print("|---:|---:|---|---|---:|---:|---:|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        site = base_tree(args.base, Path(tmp))
+        for tasks in args.sizes:
+            for streams in args.streams:
+                before = run_worker(site, tasks, streams, args.repeat, tmp)
+                after = run_worker(None, tasks, streams, args.repeat, tmp)
+                for key, b in before.items():
+                    a = after[key]
+                    same = a["makespan"] == b["makespan"] and a["picked"] == b["picked"]
+                    print(f"| {tasks} | {streams} | {key[0]} | {key[1]} | {b['seconds']:.3f} | {a['seconds']:.3f} | "
+                          f"{a['seconds'] / b['seconds']:.2f} | {same} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
