@@ -186,7 +186,12 @@ def time_lifetimes(problem: Problem) -> list[tuple[int, int | None, frozenset[in
     by the time rule: a produced buffer lives from its producer's start; one that is freed
     (`Problem.is_freed`, the rule memory over program steps uses too) dies at `time_of_free`.
     Non-freeable inputs (resident throughout) and freeable inputs nobody reads (never resident) are
-    left out, and so are freeable inputs that are outputs (resident throughout)."""
+    left out, and so are freeable inputs that are outputs (resident throughout). Computed once per
+    problem: do not change the list."""
+    return _per_problem(problem, "time lifetimes", _build_time_lifetimes)
+
+
+def _build_time_lifetimes(problem: Problem) -> list[tuple[int, int | None, frozenset[int], bool]]:
     out = []
     for b, buf in enumerate(problem.buffers):
         if buf.is_input:
@@ -206,28 +211,70 @@ def time_of_free(producer: int | None, holders, start, end) -> int:
     return free
 
 
+@dataclass(frozen=True)
+class _LifetimeArrays:
+    """`time_lifetimes` as numpy arrays (`memory_over_time` runs once per simulation with several
+    compute streams)."""
+
+    born_size: np.ndarray  # bytes of every produced buffer
+    born_at: np.ndarray  # its producer
+    freed_size: np.ndarray  # bytes of every freed buffer
+    freed_producer: np.ndarray  # its producer, -1 for an input
+    holders: np.ndarray  # the holders of every freed buffer, one after the other
+    held: np.ndarray  # the freed buffers with holders (without, the last holder "ends" at 0)
+    starts: np.ndarray  # where each of those buffers' holders begin in ``holders``
+
+
+def _build_lifetime_arrays(problem: Problem) -> _LifetimeArrays:
+    lifetimes = time_lifetimes(problem)
+    born = [(size, producer) for size, producer, _, _ in lifetimes if producer is not None]
+    freed = [(size, -1 if producer is None else producer, holders) for size, producer, holders, f in lifetimes if f]
+    counts = np.array([len(h) for _, _, h in freed], dtype=np.int64)
+    held = counts > 0
+    starts = (np.cumsum(counts) - counts)[held]
+    return _LifetimeArrays(
+        born_size=np.array([size for size, _ in born], dtype=np.int64),
+        born_at=np.array([producer for _, producer in born], dtype=np.int64),
+        freed_size=np.array([size for size, _, _ in freed], dtype=np.int64),
+        freed_producer=np.array([producer for _, producer, _ in freed], dtype=np.int64),
+        holders=np.fromiter(itertools.chain.from_iterable(h for _, _, h in freed), dtype=np.int64,
+                            count=int(counts.sum())),
+        held=held, starts=starts)
+
+
+def _time_events(problem: Problem, start, end) -> tuple[np.ndarray, np.ndarray]:
+    """Every change of resident bytes over time, (times, resident from then on), sorted as
+    `memory_over_time` lists them."""
+    arrays = _per_problem(problem, "lifetime arrays", _build_lifetime_arrays)
+    start_arr = np.asarray(start, dtype=np.int64)
+    end_arr = np.asarray(end, dtype=np.int64)
+    if len(arrays.freed_size):
+        free_at = np.zeros(len(arrays.freed_size), dtype=np.int64)
+        if len(arrays.holders):
+            free_at[arrays.held] = np.maximum.reduceat(end_arr[arrays.holders], arrays.starts)
+        produced = arrays.freed_producer >= 0
+        free_at[produced] = np.maximum(free_at[produced], start_arr[arrays.freed_producer[produced]] + 1)
+    else:
+        free_at = arrays.freed_size
+    times = np.concatenate((start_arr[arrays.born_at], free_at))
+    deltas = np.concatenate((arrays.born_size, -arrays.freed_size))
+    order = np.lexsort((deltas, times))  # by time, and at equal times frees (negative) first
+    return times[order], problem.initial_resident_bytes + np.cumsum(deltas[order])
+
+
 def memory_over_time(problem: Problem, start, end) -> list[tuple[int, int]]:
     """(time, resident bytes from then on) at every change, for tasks placed at ``start``/``end``:
     the memory rule with several compute streams, where the host order and the device timeline
-    differ (`time_lifetimes`). At equal times frees come first."""
-    events: list[tuple[int, int]] = []
-    resident = problem.initial_resident_bytes
-    for size, producer, holders, freed in time_lifetimes(problem):
-        if producer is not None:
-            events.append((start[producer], size))
-        if freed:
-            events.append((time_of_free(producer, holders, start, end), -size))
-    events.sort()  # at equal times frees (negative) come first
-    curve = [(0, resident)]
-    for time, delta in events:
-        resident += delta
-        curve.append((time, resident))
-    return curve
+    differ (`time_lifetimes`, `time_of_free`). At equal times frees come first."""
+    times, resident = _time_events(problem, start, end)
+    return [(0, problem.initial_resident_bytes)] + list(zip(times.tolist(), resident.tolist()))
 
 
 def time_peak(problem: Problem, start, end) -> int:
     """The most bytes resident at any time (`memory_over_time`)."""
-    return max(resident for _, resident in memory_over_time(problem, start, end))
+    _, resident = _time_events(problem, start, end)
+    initial = problem.initial_resident_bytes
+    return max(initial, int(resident.max())) if len(resident) else initial
 
 
 class _Curve:
@@ -344,6 +391,8 @@ def earliest_fit(active: list[tuple[int, int, float]], est: int, duration: int, 
     active = [iv for iv in active if iv[1] > est]  # the others end before any window can begin
     # first try est itself, against the few intervals its window meets
     meets = [iv for iv in active if iv[0] < est + duration]
+    if sum(o for _, _, o in meets) + occupancy <= 1.0 + OCCUPANCY_SLACK:
+        return est  # all of them at once leave room (no load on the window can be higher: the check below)
     if all(sum(o for s, e, o in meets if s <= p < e) + occupancy <= 1.0 + OCCUPANCY_SLACK
            for p in [est] + [s for s, _, _ in meets if s > est]):
         return est
@@ -445,17 +494,17 @@ class Timeline:
             return est
         task = self._tasks[t]
         if s < self.compute_streams and task.duration:
+            if not commit:  # est is past the floor below: `earliest_fit` drops what ends before it anyway
+                return earliest_fit(self.active, est, task.duration, task.occupancy)
             if self._pending is None:
                 floor = min(self.stream_free[: self.compute_streams])
             else:
                 floor = min(f for f, k in zip(self.stream_free, self._pending) if k)
-                if commit:
-                    self._pending[s] -= 1
+                self._pending[s] -= 1
             active = [iv for iv in self.active if iv[1] > floor]
             est = earliest_fit(active, est, task.duration, task.occupancy)
-            if commit:
-                active.append((est, est + task.duration, task.occupancy))
-                self.active = active
+            active.append((est, est + task.duration, task.occupancy))
+            self.active = active
         return est
 
     def launch_time(self, c: int) -> int:
