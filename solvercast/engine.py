@@ -282,7 +282,7 @@ class _Curve:
     with its sum and its highest running sum: the most resident from a time on costs a walk over the
     later blocks plus one block, O(changes / BLOCK + BLOCK) instead of O(changes)."""
 
-    BLOCK = 16  # 10,000-task synthetic graphs, two streams: nondelay fastest with 16 (32, 64 measured)
+    BLOCK = 16  # 10,000-task synthetic graphs, two streams: nondelay fastest with 16 or 32 (64 measured too)
 
     def __init__(self, base: int):
         self.total = base  # resident once every change has happened
@@ -302,15 +302,23 @@ class _Curve:
         i = len(blocks) - 1
         while i > 0 and (time, delta) < blocks[i][0]:
             i -= 1  # changes come mostly near the end of the curve: walk back from there
-        bisect.insort(blocks[i], (time, delta))
+        block = blocks[i]
+        at = bisect.bisect_right(block, (time, delta))
+        block.insert(at, (time, delta))
         self.total += delta
-        if len(blocks[i]) > 2 * self.BLOCK:
-            half = len(blocks[i]) // 2
-            blocks[i:i + 1] = [blocks[i][:half], blocks[i][half:]]
+        if len(block) > 2 * self.BLOCK:
+            half = len(block) // 2
+            blocks[i:i + 1] = [block[:half], block[half:]]
             self.sums[i:i + 1] = [0, 0]
             self.highs[i:i + 1] = [0, 0]
             self._summarize(i + 1)
-        self._summarize(i)
+            self._summarize(i)
+        elif at == len(block) - 1:  # appended: the running sums before it stand, one more after them
+            self.sums[i] += delta
+            if self.sums[i] > self.highs[i]:
+                self.highs[i] = self.sums[i]
+        else:
+            self._summarize(i)
 
     def peak_from(self, time: int) -> int:
         """The most bytes resident at any time from ``time`` on."""
