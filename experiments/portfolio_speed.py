@@ -5,7 +5,8 @@ every heuristic, the swap pass and the whole default portfolio (`best_heuristic`
 swaps, a judging `validate` of each; no work budget) are timed, under memory budget 1.0 x original peak
 and none, by two worker processes: one importing the code of a base commit (a ``git archive`` of it,
 laid out as the installed package), one this checkout. The two alternate per size, so both see the same
-machine load. Times are the best of ``--repeat`` runs, with the garbage collector paused (as `optimize`
+machine load (``--passes``: also one pass of each kind `heuristics.work.PASS_COST_US` prices, to re-fit
+them). Times are the best of ``--repeat`` runs, with the garbage collector paused (as `optimize`
 runs the heuristics). Each worker also reports the schedules' makespans, which must agree.
 
     .venv/bin/python experiments/portfolio_speed.py --base 7b0d0bb --sizes 1000 3000 10000 --streams 1 2
@@ -26,12 +27,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-METHODS = ("list", "nondelay", "comm_priority", "raise_comms", "sink_waits", "original+swap", "nondelay+swap",
-           "best_heuristic")
 
 
-def worker(tasks: int, streams: int, repeat: int) -> None:
-    from solvercast import Schedule, extract_problem, simulate
+def worker(tasks: int, streams: int, repeat: int, passes: bool) -> None:
+    from solvercast import Schedule, extract_problem, simulate, validate
     from solvercast.heuristics import (best_heuristic, comm_priority_schedule, iterative_swap, list_schedule,
                                        nondelay_schedule)
     from solvercast.heuristics._common import budget_bytes
@@ -55,7 +54,21 @@ def worker(tasks: int, streams: int, repeat: int) -> None:
             "nondelay+swap": lambda: iterative_swap(p, nondelay, budget),
             "best_heuristic": lambda: best_heuristic(p, budget),
         }
-        for name in METHODS:
+        if passes:  # one pass of each kind `heuristics.work.PASS_COST_US` prices (private, same in both)
+            from solvercast.heuristics.comm_priority import _comm_pass, comm_scores
+            from solvercast.heuristics.list_scheduling import _list_pass, _nondelay_pass, upward_ranks
+
+            ranks = upward_ranks(p)
+            by_rank = sorted(range(p.num_tasks), key=lambda t: (-ranks[t], t))
+            scores = comm_scores(p)
+            by_score = sorted(range(p.num_tasks), key=scores.__getitem__)
+            runs.update({
+                "pass: simulate (validate)": lambda: (validate(p, nondelay, memory_budget=sys.maxsize), nondelay)[1],
+                "pass: comm_pass": lambda: _comm_pass(p, by_score, True, budget, "comm_priority"),
+                "pass: list_pass": lambda: _list_pass(p, by_rank, budget, "list")[0],
+                "pass: nondelay_pass": lambda: _nondelay_pass(p, ranks, budget, budget)[0] or nondelay,
+            })
+        for name in runs:
             best, schedule = float("inf"), None
             for _ in range(repeat):
                 start = time.perf_counter()
@@ -81,12 +94,12 @@ def base_tree(commit: str, into: Path) -> Path:
     return site
 
 
-def run_worker(site: Path | None, tasks: int, streams: int, repeat: int, cwd: str) -> dict:
+def run_worker(site: Path | None, tasks: int, streams: int, repeat: int, passes: bool, cwd: str) -> dict:
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     if site is not None:
         env["PYTHONPATH"] = str(site)  # found before the editable install of this checkout
-    out = subprocess.run([sys.executable, __file__, "--worker", str(tasks), str(streams), "--repeat", str(repeat)],
+    out = subprocess.run([sys.executable, __file__, "--worker", str(tasks), str(streams), "--repeat", str(repeat)] + (["--passes"] if passes else []),
                          env=env, cwd=cwd, capture_output=True, text=True, check=True).stdout
     return {(r["budget"], r["method"]): r for r in map(json.loads, out.splitlines())}
 
@@ -97,10 +110,12 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 3000, 10000])
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--passes", action="store_true",
+                        help="also time one pass of each kind the work budget prices (heuristics.work)")
     parser.add_argument("--worker", type=int, nargs=2, metavar=("TASKS", "STREAMS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        worker(*args.worker, args.repeat)
+        worker(*args.worker, args.repeat, args.passes)
         return 0
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()
@@ -115,8 +130,8 @@ def main(argv=None) -> int:
         site = base_tree(args.base, Path(tmp))
         for tasks in args.sizes:
             for streams in args.streams:
-                before = run_worker(site, tasks, streams, args.repeat, tmp)
-                after = run_worker(None, tasks, streams, args.repeat, tmp)
+                before = run_worker(site, tasks, streams, args.repeat, args.passes, tmp)
+                after = run_worker(None, tasks, streams, args.repeat, args.passes, tmp)
                 for key, b in before.items():
                     a = after[key]
                     same = a["makespan"] == b["makespan"] and a["picked"] == b["picked"]

@@ -27,8 +27,10 @@ import heapq
 import math
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 from solvercast.budget import resolve_budget
-from solvercast.engine import StepMemory, simulated_peak
+from solvercast.engine import StepMemory, per_problem, simulated_peak
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 
@@ -70,11 +72,16 @@ def comm_chain(problem: Problem) -> dict[int, int]:
     return {a: b for a, b in zip(comms, comms[1:])}
 
 
-def compute_work(problem: Problem, streams: Sequence[int]) -> list[int]:
-    """Time each task keeps its compute stream busy (0 on a comm stream, views, waits)."""
-    machine = problem.machine
-    return [task.duration if task.role != Role.FREE and machine.is_compute_stream(streams[t]) else 0
-            for t, task in enumerate(problem.tasks)]
+def compute_work(problem: Problem, schedule: Schedule) -> list[int]:
+    """Time each task keeps its compute stream busy under ``schedule`` (0 on a comm stream, views, waits)."""
+    durations = per_problem(problem, "stream work", lambda p: np.array(
+        [task.duration if task.role != Role.FREE else 0 for task in p.tasks], dtype=np.int64))
+    streams = np.array(problem.default_streams, dtype=np.int64)
+    if schedule.streams:
+        streams[np.fromiter(schedule.streams.keys(), dtype=np.int64, count=len(schedule.streams))] = np.fromiter(
+            schedule.streams.values(), dtype=np.int64, count=len(schedule.streams))
+    on_compute = (streams >= 0) & (streams < problem.machine.compute_streams)
+    return np.where(on_compute, durations, 0).tolist()
 
 
 def peak_of(problem: Problem, schedule: Schedule) -> int:

@@ -31,6 +31,7 @@ swap.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 
 from solvercast.engine import last_holders
@@ -123,7 +124,8 @@ class SwapState(LinkedOrder):
         return [self.pre[t] + self.alloc[t] - self.free[t] for t in self.order()]
 
     def peak(self) -> int:
-        return max([self.resident] + self.during())
+        # every task is one step: the highest of ``during`` needs no walk along the order
+        return max(self.resident, max(map(operator.add, self.pre, self.alloc), default=self.resident))
 
     # ---- the two swaps, each checked against the limit before it is made ------------------------
     def try_raise(self, y: int, group: list[int], gset: set[int], limit: int) -> bool:
@@ -240,8 +242,7 @@ def iterative_swap(problem: Problem, schedule: Schedule, memory_budget: int | fl
     if n == 0:
         return Schedule(order=(), streams=schedule.streams, method=method)
     tasks = problem.tasks
-    streams = schedule.stream_list(problem)
-    work = compute_work(problem, streams)
+    work = compute_work(problem, schedule)
     state = SwapState(problem, schedule.order)
     input_peak = state.peak()
     limit = input_peak if budget is None else max(budget, input_peak)

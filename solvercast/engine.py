@@ -64,8 +64,9 @@ class _ReleaseArrays:
 _PER_PROBLEM: dict[tuple[int, str], object] = {}  # by (id(problem), what); an entry goes with its problem
 
 
-def _per_problem(problem: Problem, what: str, build):
-    """``build(problem)``, computed once per problem (`Problem` is frozen, so it cannot go stale)."""
+def per_problem(problem: Problem, what: str, build):
+    """``build(problem)``, computed once per problem and ``what`` (`Problem` is frozen, so it cannot go
+    stale; the entry goes when the problem does): the tables every pass over a problem reads."""
     key = (id(problem), what)
     value = _PER_PROBLEM.get(key)
     if value is None:
@@ -86,7 +87,7 @@ def _build_release_arrays(problem: Problem) -> _ReleaseArrays:
 
 
 def _release_arrays(problem: Problem) -> _ReleaseArrays:
-    return _per_problem(problem, "release arrays", _build_release_arrays)
+    return per_problem(problem, "release arrays", _build_release_arrays)
 
 
 def _positions(problem: Problem, order: Sequence[int]) -> np.ndarray:
@@ -188,7 +189,7 @@ def time_lifetimes(problem: Problem) -> list[tuple[int, int | None, frozenset[in
     Non-freeable inputs (resident throughout) and freeable inputs nobody reads (never resident) are
     left out, and so are freeable inputs that are outputs (resident throughout). Computed once per
     problem: do not change the list."""
-    return _per_problem(problem, "time lifetimes", _build_time_lifetimes)
+    return per_problem(problem, "time lifetimes", _build_time_lifetimes)
 
 
 def _build_time_lifetimes(problem: Problem) -> list[tuple[int, int | None, frozenset[int], bool]]:
@@ -245,7 +246,7 @@ def _build_lifetime_arrays(problem: Problem) -> _LifetimeArrays:
 def _time_events(problem: Problem, start, end) -> tuple[np.ndarray, np.ndarray]:
     """Every change of resident bytes over time, (times, resident from then on), sorted as
     `memory_over_time` lists them."""
-    arrays = _per_problem(problem, "lifetime arrays", _build_lifetime_arrays)
+    arrays = per_problem(problem, "lifetime arrays", _build_lifetime_arrays)
     start_arr = np.asarray(start, dtype=np.int64)
     end_arr = np.asarray(end, dtype=np.int64)
     if len(arrays.freed_size):
@@ -477,7 +478,7 @@ class Timeline:
         self.active: list[tuple[int, int, float]] = []
         self._tasks = problem.tasks
         self._sync_preds = problem.sync_preds
-        self._kinds = _per_problem(problem, "timing kinds", _timing_kinds)
+        self._kinds = per_problem(problem, "timing kinds", _timing_kinds)
 
     def _start(self, t: int, s: int, commit: bool = False) -> int:
         end = self.end
@@ -551,7 +552,7 @@ def replay(problem: Problem, order: Sequence[int], streams: Sequence[int]) -> Ti
     start, end, stream, free, launches = (timeline.start, timeline.end, timeline.stream, timeline.stream_free,
                                           timeline.launch)
     kinds, sync_preds, sync = timeline._kinds, timeline._sync_preds, timeline.sync
-    durations = _per_problem(problem, "durations", lambda p: [task.duration for task in p.tasks])
+    durations = per_problem(problem, "durations", lambda p: [task.duration for task in p.tasks])
     for t in order:
         s = streams[t]
         kind = kinds[t]
