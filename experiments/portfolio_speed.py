@@ -31,10 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def worker(tasks: int, streams: int, repeat: int, passes: bool) -> None:
-    from solvercast import Schedule, extract_problem, simulate, validate
-    from solvercast.heuristics import (best_heuristic, comm_priority_schedule, iterative_swap, list_schedule,
-                                       nondelay_schedule)
-    from solvercast.heuristics._common import budget_bytes
+    from heuristics_speed import heuristic_runs  # beside this script
+    from solvercast import extract_problem, simulate, validate
+    from solvercast.heuristics import nondelay_schedule
+    from solvercast.heuristics._common import budget_bytes, renamed
     from solvercast.models import build
 
     gm = build("synthetic", tasks=tasks, seed=1)
@@ -44,17 +44,8 @@ def worker(tasks: int, streams: int, repeat: int, passes: bool) -> None:
     for ratio in (1.0, None):
         budget = budget_bytes(base, ratio) if ratio is not None else None
         p = base.with_budget(budget)
-        nondelay = nondelay_schedule(p, budget)
-        runs = {
-            "list": lambda: list_schedule(p, budget),
-            "nondelay": lambda: nondelay_schedule(p, budget),
-            "comm_priority": lambda: comm_priority_schedule(p, memory_budget=budget),
-            "raise_comms": lambda: comm_priority_schedule(p, True, False, False, memory_budget=budget),
-            "sink_waits": lambda: comm_priority_schedule(p, False, True, False, memory_budget=budget),
-            "original+swap": lambda: iterative_swap(p, Schedule.original(p), budget),
-            "nondelay+swap": lambda: iterative_swap(p, nondelay, budget),
-            "best_heuristic": lambda: best_heuristic(p, budget),
-        }
+        nondelay = renamed(nondelay_schedule(p, budget), "nondelay")
+        runs = heuristic_runs(p, budget, nondelay)
         if passes:  # one pass of each kind `heuristics.work.PASS_COST_US` prices (private, same in both)
             from solvercast.heuristics.comm_priority import _comm_pass, comm_scores
             from solvercast.heuristics.list_scheduling import _list_pass, _nondelay_pass, upward_ranks
