@@ -119,14 +119,14 @@ def main(argv=None) -> int:
         a, b = then.get(key, {}), now.get(key, {})
         for what in sorted(set(a) | set(b)):
             is_work = what.endswith(" work")  # the work counts may change when PASS_COST_US is re-fitted
-            schedules += not is_work
+            schedules += not is_work  # a schedule's or a simulation's fingerprint
             if a.get(what) != b.get(what):
                 if is_work:
                     works += 1
                 else:
                     differ += 1
                 print(f"DIFFERENT {key} / {what}: {a.get(what)} -> {b.get(what)}")
-    print(f"{schedules} schedules compared over {len(now)} cases: {differ} differ; "
+    print(f"{schedules} fingerprints (schedules and simulations) compared over {len(now)} cases: {differ} differ; "
           f"{works} work counts differ")
     return 1 if differ else 0
 
