@@ -49,7 +49,8 @@ def main(argv=None) -> int:
             best = best_heuristic(problem, budget)
             profiler.disable()
             print(f"\n### synthetic {args.tasks} tasks, {streams} compute stream(s), budget {ratio}, "
-                  f"garbage collector {'on' if args.gc else 'paused'}: best_heuristic {plain:.2f} s unprofiled, picks {best.method}\n")
+                  f"garbage collector {'on' if args.gc else 'paused'}: best_heuristic {plain:.2f} s unprofiled, "
+                  f"picks {best.method}\n")
             stats = pstats.Stats(profiler)
             out = io.StringIO()
             stats.stream = out

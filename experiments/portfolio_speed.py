@@ -93,7 +93,8 @@ def run_worker(site: Path | None, tasks: int, streams: int, repeat: int, passes:
     env.pop("PYTHONPATH", None)
     if site is not None:
         env["PYTHONPATH"] = str(site)  # found before the editable install of this checkout
-    out = subprocess.run([sys.executable, __file__, "--worker", str(tasks), str(streams), "--repeat", str(repeat)] + (["--passes"] if passes else []),
+    command = [sys.executable, __file__, "--worker", str(tasks), str(streams), "--repeat", str(repeat)]
+    out = subprocess.run(command + (["--passes"] if passes else []),
                          env=env, cwd=cwd, capture_output=True, text=True, check=True).stdout
     return {(r["budget"], r["method"]): r for r in map(json.loads, out.splitlines())}
 
@@ -115,7 +116,8 @@ def main(argv=None) -> int:
                           check=True).stdout.strip()
     dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "solvercast", "heuristics"],
                            capture_output=True, text=True, check=True).stdout.strip()
-    print(f"command: `{shlex.join([os.path.relpath(sys.executable, ROOT), 'experiments/portfolio_speed.py'] + (argv if argv is not None else sys.argv[1:]))}`")
+    given = argv if argv is not None else sys.argv[1:]
+    print(f"command: `{shlex.join([os.path.relpath(sys.executable, ROOT), 'experiments/portfolio_speed.py'] + given)}`")
     print(f"base {args.base} against {head}{' (with uncommitted changes)' if dirty else ''}; {os.cpu_count()} cores, "
           f"load average at start {os.getloadavg()[0]:.1f}; best of {args.repeat}, seconds, garbage collector paused; "
           f"the 'pass:' rows time one pass of each kind `heuristics.work` prices\n")
