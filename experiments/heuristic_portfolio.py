@@ -19,6 +19,7 @@ import time
 from collections import defaultdict
 
 from solvercast import extract_problem, simulate
+from solvercast.gc_paused import gc_paused
 from solvercast.heuristics import iterative_swap
 from solvercast.heuristics._common import budget_bytes, renamed
 from solvercast.heuristics.work import WorkBudget, work_budget
@@ -41,7 +42,7 @@ GRAPHS = [
 def measure(problem, fn):
     meter = WorkBudget(limit=None)
     start = time.perf_counter()
-    with work_budget(meter):
+    with work_budget(meter), gc_paused():  # as `optimize` runs them: collections would walk the FX graph too
         schedule = fn()
     wall = time.perf_counter() - start
     sim = simulate(problem, schedule)
@@ -55,7 +56,7 @@ def main():
     print("# Heuristic portfolio: cost and value per method\n")
     print(f"Command: `.venv/bin/python experiments/heuristic_portfolio.py`; {platform.machine()}, "
           f"{os.cpu_count()} cores, load average at start {os.getloadavg()[0]:.1f} (wall times are noisy, work "
-          f"counts are exact).\n")
+          f"counts are exact; the garbage collector paused, as `optimize` runs the heuristics).\n")
     print("| graph | streams | budget | tasks | method | work (ref ms) | wall (ms) | wall/work | makespan / best | "
           "within budget |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -27,8 +27,10 @@ import heapq
 import math
 from collections.abc import Iterable, Sequence
 
+import numpy as np
+
 from solvercast.budget import resolve_budget
-from solvercast.engine import StepMemory, simulated_peak
+from solvercast.engine import StepMemory, per_problem, simulated_peak
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 
@@ -70,11 +72,16 @@ def comm_chain(problem: Problem) -> dict[int, int]:
     return {a: b for a, b in zip(comms, comms[1:])}
 
 
-def compute_work(problem: Problem, streams: Sequence[int]) -> list[int]:
-    """Time each task keeps its compute stream busy (0 on a comm stream, views, waits)."""
-    machine = problem.machine
-    return [task.duration if task.role != Role.FREE and machine.is_compute_stream(streams[t]) else 0
-            for t, task in enumerate(problem.tasks)]
+def compute_work(problem: Problem, schedule: Schedule) -> list[int]:
+    """Time each task keeps its compute stream busy under ``schedule`` (0 on a comm stream, views, waits)."""
+    durations = per_problem(problem, "stream work", lambda p: np.array(
+        [task.duration if task.role != Role.FREE else 0 for task in p.tasks], dtype=np.int64))
+    streams = np.array(problem.default_streams, dtype=np.int64)
+    if schedule.streams:
+        streams[np.fromiter(schedule.streams.keys(), dtype=np.int64, count=len(schedule.streams))] = np.fromiter(
+            schedule.streams.values(), dtype=np.int64, count=len(schedule.streams))
+    on_compute = (streams >= 0) & (streams < problem.machine.compute_streams)
+    return np.where(on_compute, durations, 0).tolist()
 
 
 def peak_of(problem: Problem, schedule: Schedule) -> int:
@@ -146,10 +153,17 @@ class ReadySet:
     (net of what it allocates; ties by priority) and marks ``over_budget``.
     ``fill``: an optional predicate for a second, filtered view of the ready
     tasks (`pick(fill=True)`, which never forces a task over the budget).
+    ``picks=False``: the caller chooses among the ready tasks itself (`nondelay_schedule`) and never
+    calls `pick`, so the priority index and the net-free heap are not kept (they cost most of an issue).
+
+    Without a budget the best ready task is simply the one first in priority: a heap of priority
+    positions (lazily cleared of issued tasks) finds it, in C; with one, a `_MinTree` over the
+    positions finds the first whose allocation fits.
     """
 
-    def __init__(self, problem: Problem, priority: Sequence[int], budget: int | None = None, fill=None):
-        n = problem.num_tasks
+    def __init__(self, problem: Problem, priority: Sequence[int], budget: int | None = None, fill=None,
+                 picks: bool = True):
+        n = self._n = problem.num_tasks
         self.problem = problem
         self.priority = list(priority)
         self.pos = [0] * n
@@ -163,9 +177,14 @@ class ReadySet:
         self.budget = budget
         self.memory = StepMemory(problem) if budget is not None else None
         self.over_budget = False
-        self.tree = _MinTree(n)
+        self.picks = picks
+        indexed = picks and self.memory is not None
+        self.tree = _MinTree(n) if indexed else None
         self.fill = fill
-        self.fill_tree = _MinTree(n) if fill is not None else None
+        self.fill_tree = _MinTree(n) if fill is not None and indexed else None
+        # without a budget: ready (and, for `fill`, fill-eligible) priority positions, issued ones left in
+        self._first: list[int] | None = [] if picks and self.memory is None else None
+        self._fill_first: list[int] | None = [] if fill is not None and self._first is not None else None
         self.is_ready = [False] * n
         self._heap: list[tuple[int, int, int]] = []  # (-(net free), priority pos, task), lazily invalidated
         self.order: list[int] = []
@@ -174,7 +193,7 @@ class ReadySet:
                 self._make_ready(t)
 
     def __bool__(self) -> bool:
-        return len(self.order) < len(self.pos)
+        return len(self.order) < self._n
 
     def _key(self, t: int) -> int:
         return self.memory.alloc[t] if self.memory is not None else 0
@@ -185,6 +204,13 @@ class ReadySet:
 
     def _make_ready(self, t: int) -> None:
         self.is_ready[t] = True
+        if self._first is not None:
+            heapq.heappush(self._first, self.pos[t])
+            if self._fill_first is not None and self.fill(t):
+                heapq.heappush(self._fill_first, self.pos[t])
+            return
+        if not self.picks:
+            return
         key = self._key(t)
         self.tree.set(self.pos[t], key)
         if self.fill_tree is not None and self.fill(t):
@@ -194,6 +220,14 @@ class ReadySet:
 
     def pick(self, fill: bool = False) -> int:
         """Best ready task (see class doc), or -1 when there is none."""
+        if self._first is not None:
+            heap, priority, is_ready = self._fill_first if fill else self._first, self.priority, self.is_ready
+            while heap:
+                t = priority[heap[0]]
+                if is_ready[t]:
+                    return t
+                heapq.heappop(heap)
+            return -1
         thr = INF if self.memory is None else self.budget - self.memory.cur
         tree = self.fill_tree if fill else self.tree
         i = tree.leftmost(thr)
@@ -214,13 +248,16 @@ class ReadySet:
             raise AssertionError(f"task {t} issued before it is ready")
         self.is_ready[t] = False
         self.order.append(t)
-        self.tree.set(self.pos[t], INF)
-        if self.fill_tree is not None:
-            self.fill_tree.set(self.pos[t], INF)
+        if self.tree is not None:
+            self.tree.set(self.pos[t], INF)
+            if self.fill_tree is not None:
+                self.fill_tree.set(self.pos[t], INF)
         if self.memory is not None:
-            for u in self.memory.issue(t):
-                if self.is_ready[u]:
-                    self._push_net(u)
+            grew = self.memory.issue(t)
+            if self.picks:
+                for u in grew:
+                    if self.is_ready[u]:
+                        self._push_net(u)
         indeg = self.indeg
         for s in self.succs[t]:
             indeg[s] -= 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 
 from solvercast.errors import InfeasibleBudgetError
+from solvercast.gc_paused import gc_paused
 from solvercast.methods import Kind, schedule_methods
 from solvercast.problem import Problem, format_bytes
 from solvercast.schedule import Schedule
@@ -40,6 +41,7 @@ _FIRST_PASS = {"comm_priority": "comm_pass", "raise_comms": "comm_pass", "sink_w
                "list": "list_pass", "nondelay": "nondelay_pass"}
 
 
+@gc_paused()  # the passes allocate a tuple or more per task: collections would walk the caller's heap (its FX graph)
 def run_heuristics(problem: Problem, memory_budget: int | float | None = None) -> dict[str, tuple[Schedule, SimResult]]:
     """Every heuristic's schedule and its simulation, keyed by method name (in `METHOD_ORDER`).
 

@@ -31,8 +31,10 @@ swap.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 
+from solvercast.engine import last_holders
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 
@@ -95,25 +97,17 @@ class SwapState(LinkedOrder):
     def __init__(self, problem: Problem, order: Sequence[int]):
         n = problem.num_tasks
         super().__init__(order, n)
-        pos = [0] * n
-        for i, t in enumerate(order):
-            pos[t] = i
-
         self.alloc = list(problem.allocated_bytes)
         self.free = [0] * n
         self.pre = [0] * n
-        self.bufs_of: list[list[int]] = [[] for _ in range(n)]  # freeable buffers each task holds
-        self.holders: list[frozenset[int]] = []
-        self.size: list[int] = []
-        self.last: list[int] = []
-        for k, (size, holders) in enumerate(problem.releasable):
-            self.size.append(size)
-            self.holders.append(holders)
-            last = max(holders, key=pos.__getitem__)
-            self.last.append(last)
-            self.free[last] += size
-            for h in holders:
-                self.bufs_of[h].append(k)
+        touches, _, _, _ = problem.release_counts
+        self.bufs_of = touches  # freeable buffers each task holds (read only)
+        self.holders: list[frozenset[int]] = [holders for _, holders in problem.releasable]
+        self.size: list[int] = [size for size, _ in problem.releasable]
+        self.last: list[int] = last_holders(problem, order)
+        free = self.free
+        for last, size in zip(self.last, self.size):
+            free[last] += size
         self.resident = resident = problem.initial_resident_bytes
         cur = resident
         for t in order:
@@ -130,7 +124,8 @@ class SwapState(LinkedOrder):
         return [self.pre[t] + self.alloc[t] - self.free[t] for t in self.order()]
 
     def peak(self) -> int:
-        return max([self.resident] + self.during())
+        # every task is one step: the highest of ``during`` needs no walk along the order
+        return max(self.resident, max(map(operator.add, self.pre, self.alloc), default=self.resident))
 
     # ---- the two swaps, each checked against the limit before it is made ------------------------
     def try_raise(self, y: int, group: list[int], gset: set[int], limit: int) -> bool:
@@ -247,8 +242,7 @@ def iterative_swap(problem: Problem, schedule: Schedule, memory_budget: int | fl
     if n == 0:
         return Schedule(order=(), streams=schedule.streams, method=method)
     tasks = problem.tasks
-    streams = schedule.stream_list(problem)
-    work = compute_work(problem, streams)
+    work = compute_work(problem, schedule)
     state = SwapState(problem, schedule.order)
     input_peak = state.peak()
     limit = input_peak if budget is None else max(budget, input_peak)

@@ -130,9 +130,24 @@ def list_schedule(problem: Problem, memory_budget: int | float | None = None) ->
     return best_by_peak(tried)
 
 
+def _blame_tables(problem: Problem) -> tuple[list[list[int]], list[list[int]]]:
+    """(buffers each task produces, buffers each task reads), of the buffers that are allocated and read
+    (or outputs): while one is allocated and not yet read, a dead end blames its producer."""
+    n = problem.num_tasks
+    produced: list[list[int]] = [[] for _ in range(n)]
+    reads: list[list[int]] = [[] for _ in range(n)]
+    for k, buf in enumerate(problem.buffers):
+        if buf.producer is not None and buf.size and (buf.users or buf.is_output):
+            produced[buf.producer].append(k)
+            for u in buf.users:
+                reads[u].append(k)
+    return produced, reads
+
+
 def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft: int | None,
                    base: Sequence[int] | None = None, window: int | None = None,
-                   deferred: frozenset[int] = frozenset()) -> tuple[Schedule | None, bool, set[int]]:
+                   deferred: frozenset[int] = frozenset(), blame: tuple | None = None
+                   ) -> tuple[Schedule | None, bool, set[int]]:
     """One earliest-start pass (see `nondelay_schedule`); returns the schedule, whether it broke the
     budget, and the tasks to defer next time. With several compute streams a pass that runs out of
     memory stops there and returns no schedule; with one it goes on, forcing the task that frees the
@@ -152,10 +167,12 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
     The scan over ready tasks goes in tie order and, while no task can cross the soft limit, stops at
     the first that starts when the earliest stream is free: no later one can beat it. It compares at
     most `NONDELAY_SCAN` tasks (that fit the budget, with one compute stream; with several, whether a
-    task fits depends on its stream, so the streams are checked one by one)."""
+    task fits depends on its stream, so the streams are checked one by one).
+
+    ``blame``: `_blame_tables(problem)`, when the caller runs several passes."""
     charge(problem, "nondelay_pass")
     n = problem.num_tasks
-    ready = ReadySet(problem, range(n), budget)
+    ready = ReadySet(problem, range(n), budget, picks=False)
     timeline = Timeline(problem)
     tasks = problem.tasks
     wait_of = problem.wait_of
@@ -172,14 +189,7 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
     done = [False] * n
     frontier = 0
     tie = pos if base is not None else [-r for r in ranks]
-    # buffers allocated and not yet read, by producer: what a dead end blames
-    produced: list[list[int]] = [[] for _ in range(n)]
-    reads: list[list[int]] = [[] for _ in range(n)]
-    for k, buf in enumerate(problem.buffers):
-        if buf.producer is not None and buf.size and (buf.users or buf.is_output):
-            produced[buf.producer].append(k)
-            for u in buf.users:
-                reads[u].append(k)
+    produced, reads = blame if blame is not None else _blame_tables(problem)
     unread: dict[int, int] = {}
     culprits: set[int] = set()
     # Ready tasks: views apart (issued at once), the others in tie order, so that the scan can stop at
@@ -215,12 +225,18 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
         if not (single and (t in wait_of or allowed[t] == (0,))):
             anywhere -= 1
 
+    start_on, launch_time = timeline.start_on, timeline.launch_time
+    alloc = mem.alloc if mem is not None else None
+    pot_free = mem.pot_free if mem is not None else None
+
     def scan(hold_back: bool):
         """The best ready task that fits the budget, as (key, task, stream), or None."""
         best = None
         floor = timeline.stream_free[0] if anywhere == 0 else min(timeline.stream_free)
+        cur = mem.cur if mem is not None else 0
         # the scan may stop early only while no task can cross the soft limit (all "grows" are 0)
-        can_stop = mem is None or (mem.cur if over_time is None else over_time.peak_from(floor)) + largest <= soft
+        can_stop = mem is None or (cur if over_time is None else over_time.peak_from(floor)) + largest <= soft
+        step_fits = over_time is None and mem is not None  # whether a task fits is known before its streams
         timed = examined = 0
         stop_after = None
         levels: dict[int, int] = {}
@@ -231,28 +247,29 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
                 continue
             if hold_back and t in deferred and pos[t] > frontier + NONDELAY_DEFER_WINDOW:
                 continue
-            if over_time is None and mem is not None and mem.cur + mem.alloc[t] > budget:
+            if step_fits and cur + alloc[t] > budget:
                 continue
             if timed == NONDELAY_SCAN or examined == NONDELAY_EXAMINE:
                 break
             examined += 1
             fitted = False
+            launched = t in wait_of
             for s in allowed[t]:
                 # a collective competes for the default stream with its launch point
-                start = timeline.launch_time(t) if t in wait_of else timeline.start_on(t, s)
+                start = launch_time(t) if launched else start_on(t, s)
                 grows = 0
                 if mem is not None:
                     if over_time is None:
-                        resident = mem.cur + mem.alloc[t]
+                        resident = cur + alloc[t]
                     else:  # what is resident from when its buffers are born (a collective's: its start)
-                        born = timeline.start_on(t, s) if t in wait_of else start
+                        born = start_on(t, s) if launched else start
                         if born not in levels:  # many candidates start when a stream is free
                             levels[born] = over_time.peak_from(born)
-                        resident = levels[born] + mem.alloc[t]
+                        resident = levels[born] + alloc[t]
                         if resident > budget:
                             continue
                     if resident > soft:
-                        grows = 1 + mem.alloc[t] - mem.pot_free[t]  # over the soft limit: drain first
+                        grows = 1 + alloc[t] - pot_free[t]  # over the soft limit: drain first
                 fitted = True
                 key = (grows, start, tie[t], s != default[t], s, t)
                 if best is None or key < best[0]:
@@ -262,10 +279,11 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
                 stop_after = best[0][2]  # only tasks with the same tie can still win (stream, id)
         return best
 
+    is_ready, succs, chain = ready.is_ready, problem.succs, ready.chain
     for t in range(n):
-        if ready.is_ready[t]:
+        if is_ready[t]:
             add(t)
-    while ready:
+    for _ in range(n):  # one task issued per step
         if views:
             t, s = min(views), None
         else:
@@ -292,9 +310,12 @@ def _nondelay_pass(problem: Problem, ranks: list[int], budget: int | None, soft:
         for k in produced[t]:
             unread[k] = t
         ready.issue(t)
-        for u in list(problem.succs[t]) + ([ready.chain[t]] if t in ready.chain else []):
-            if ready.is_ready[u]:
+        for u in succs[t]:
+            if is_ready[u]:
                 add(u)
+        u = chain.get(t)
+        if u is not None and is_ready[u]:
+            add(u)
         if s is None:
             timeline.place(t, default[t])
         else:
@@ -355,6 +376,7 @@ def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None
     limits = NONDELAY_SOFT_LIMITS if problem.machine.compute_streams == 1 else NONDELAY_SOFT_LIMITS[:2]
     passes = [(fraction, None, None) for fraction in limits]
     passes.append((1.0, range(problem.num_tasks), NONDELAY_ORIGINAL_WINDOW))
+    blame = _blame_tables(problem)
     ran, stopped = 0, False
     for fraction, base, window in passes:
         deferred: frozenset[int] = frozenset()
@@ -366,7 +388,7 @@ def nondelay_schedule(problem: Problem, memory_budget: int | float | None = None
                 break
             ran += 1
             schedule, over, culprits = _nondelay_pass(problem, ranks, budget, int(budget * fraction), base, window,
-                                                      deferred)
+                                                      deferred, blame)
             if not over or culprits <= deferred:
                 break
             deferred |= culprits

@@ -26,8 +26,11 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
@@ -46,6 +49,71 @@ class MemoryProfile:
     peak_step: int  # program step at which the peak is reached (-1: before any step)
 
 
+@dataclass(frozen=True)
+class _ReleaseArrays:
+    """`Problem.allocated_bytes` and `Problem.releasable` as numpy arrays, for the whole-order memory
+    counts (`memory_profile`, `last_holders`): the heuristics count one order's memory a few dozen times
+    per call, and a Python loop over every buffer's holders was the larger part of each count."""
+
+    alloc: np.ndarray  # bytes each task allocates
+    size: np.ndarray  # bytes of each releasable buffer
+    holders: np.ndarray  # the holders of every releasable buffer, one after the other
+    starts: np.ndarray  # where each buffer's holders begin in ``holders`` (none is empty)
+
+
+_PER_PROBLEM: dict[tuple[int, str], object] = {}  # by (id(problem), what); an entry goes with its problem
+
+
+def per_problem(problem: Problem, what: str, build):
+    """``build(problem)``, computed once per problem and ``what`` (`Problem` is frozen, so it cannot go
+    stale; the entry goes when the problem does): the tables every pass over a problem reads."""
+    key = (id(problem), what)
+    value = _PER_PROBLEM.get(key)
+    if value is None:
+        value = _PER_PROBLEM[key] = build(problem)
+        weakref.finalize(problem, _PER_PROBLEM.pop, key, None)
+    return value
+
+
+def _build_release_arrays(problem: Problem) -> _ReleaseArrays:
+    releasable = problem.releasable
+    counts = np.fromiter((len(h) for _, h in releasable), dtype=np.int64, count=len(releasable))
+    return _ReleaseArrays(
+        alloc=np.array(problem.allocated_bytes, dtype=np.int64),
+        size=np.fromiter((size for size, _ in releasable), dtype=np.int64, count=len(releasable)),
+        holders=np.fromiter(itertools.chain.from_iterable(h for _, h in releasable), dtype=np.int64,
+                            count=int(counts.sum())),
+        starts=np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64) if len(counts) else counts)
+
+
+def _release_arrays(problem: Problem) -> _ReleaseArrays:
+    return per_problem(problem, "release arrays", _build_release_arrays)
+
+
+def _positions(problem: Problem, order: Sequence[int]) -> np.ndarray:
+    """Step of every task in ``order`` (0 for a task it leaves out)."""
+    pos = np.zeros(problem.num_tasks, dtype=np.int64)
+    pos[np.asarray(order, dtype=np.int64)] = np.arange(len(order), dtype=np.int64)
+    return pos
+
+
+def _last_steps(arrays: _ReleaseArrays, pos: np.ndarray) -> np.ndarray:
+    """Per releasable buffer, the step of its last holder."""
+    if not len(arrays.size):
+        return arrays.size
+    return np.maximum.reduceat(pos[arrays.holders], arrays.starts)
+
+
+def last_holders(problem: Problem, order: Sequence[int]) -> list[int]:
+    """Per releasable buffer (`Problem.releasable`), its holder issued last in ``order``: the step that
+    frees it."""
+    arrays = _release_arrays(problem)
+    if not len(arrays.size):
+        return []
+    order_arr = np.asarray(order, dtype=np.int64)
+    return order_arr[_last_steps(arrays, _positions(problem, order))].tolist()
+
+
 def memory_profile(problem: Problem, order: tuple[int, ...] | list[int]) -> MemoryProfile:
     """Resident bytes at each program step of ``order``.
 
@@ -57,27 +125,21 @@ def memory_profile(problem: Problem, order: tuple[int, ...] | list[int]) -> Memo
     estimator does.
     """
     n = len(order)
-    pos = [0] * problem.num_tasks
-    for i, t in enumerate(order):
-        pos[t] = i
-    alloc_at = [0] * n
-    free_at = [0] * n
-    for t, size in enumerate(problem.allocated_bytes):
-        alloc_at[pos[t]] += size
-    for size, holders in problem.releasable:
-        free_at[max(pos[h] for h in holders)] += size
     resident = problem.initial_resident_bytes
-    during = []
-    after = []
-    peak, peak_step = resident, -1
-    for k in range(n):
-        resident += alloc_at[k]
-        during.append(resident)
-        if resident > peak:
-            peak, peak_step = resident, k
-        resident -= free_at[k]
-        after.append(resident)
-    return MemoryProfile(peak=peak, during_step=tuple(during), after_step=tuple(after), peak_step=peak_step)
+    if n == 0:
+        return MemoryProfile(peak=resident, during_step=(), after_step=(), peak_step=-1)
+    arrays = _release_arrays(problem)
+    pos = _positions(problem, order)
+    alloc_at = np.zeros(n, dtype=np.int64)
+    np.add.at(alloc_at, pos, arrays.alloc)
+    free_at = np.zeros(n, dtype=np.int64)
+    np.add.at(free_at, _last_steps(arrays, pos), arrays.size)
+    after = resident + np.cumsum(alloc_at - free_at)
+    during = after + free_at
+    k = int(np.argmax(during))
+    peak, peak_step = (int(during[k]), k) if during[k] > resident else (resident, -1)
+    return MemoryProfile(peak=peak, during_step=tuple(during.tolist()), after_step=tuple(after.tolist()),
+                         peak_step=peak_step)
 
 
 class StepMemory:
@@ -125,7 +187,12 @@ def time_lifetimes(problem: Problem) -> list[tuple[int, int | None, frozenset[in
     by the time rule: a produced buffer lives from its producer's start; one that is freed
     (`Problem.is_freed`, the rule memory over program steps uses too) dies at `time_of_free`.
     Non-freeable inputs (resident throughout) and freeable inputs nobody reads (never resident) are
-    left out, and so are freeable inputs that are outputs (resident throughout)."""
+    left out, and so are freeable inputs that are outputs (resident throughout). Computed once per
+    problem: do not change the list."""
+    return per_problem(problem, "time lifetimes", _build_time_lifetimes)
+
+
+def _build_time_lifetimes(problem: Problem) -> list[tuple[int, int | None, frozenset[int], bool]]:
     out = []
     for b, buf in enumerate(problem.buffers):
         if buf.is_input:
@@ -145,28 +212,70 @@ def time_of_free(producer: int | None, holders, start, end) -> int:
     return free
 
 
+@dataclass(frozen=True)
+class _LifetimeArrays:
+    """`time_lifetimes` as numpy arrays (`memory_over_time` runs once per simulation with several
+    compute streams)."""
+
+    born_size: np.ndarray  # bytes of every produced buffer
+    born_at: np.ndarray  # its producer
+    freed_size: np.ndarray  # bytes of every freed buffer
+    freed_producer: np.ndarray  # its producer, -1 for an input
+    holders: np.ndarray  # the holders of every freed buffer, one after the other
+    held: np.ndarray  # the freed buffers with holders (without, the last holder "ends" at 0)
+    starts: np.ndarray  # where each of those buffers' holders begin in ``holders``
+
+
+def _build_lifetime_arrays(problem: Problem) -> _LifetimeArrays:
+    lifetimes = time_lifetimes(problem)
+    born = [(size, producer) for size, producer, _, _ in lifetimes if producer is not None]
+    freed = [(size, -1 if producer is None else producer, holders) for size, producer, holders, f in lifetimes if f]
+    counts = np.array([len(h) for _, _, h in freed], dtype=np.int64)
+    held = counts > 0
+    starts = (np.cumsum(counts) - counts)[held]
+    return _LifetimeArrays(
+        born_size=np.array([size for size, _ in born], dtype=np.int64),
+        born_at=np.array([producer for _, producer in born], dtype=np.int64),
+        freed_size=np.array([size for size, _, _ in freed], dtype=np.int64),
+        freed_producer=np.array([producer for _, producer, _ in freed], dtype=np.int64),
+        holders=np.fromiter(itertools.chain.from_iterable(h for _, _, h in freed), dtype=np.int64,
+                            count=int(counts.sum())),
+        held=held, starts=starts)
+
+
+def _time_events(problem: Problem, start, end) -> tuple[np.ndarray, np.ndarray]:
+    """Every change of resident bytes over time, (times, resident from then on), sorted as
+    `memory_over_time` lists them."""
+    arrays = per_problem(problem, "lifetime arrays", _build_lifetime_arrays)
+    start_arr = np.asarray(start, dtype=np.int64)
+    end_arr = np.asarray(end, dtype=np.int64)
+    if len(arrays.freed_size):
+        free_at = np.zeros(len(arrays.freed_size), dtype=np.int64)
+        if len(arrays.holders):
+            free_at[arrays.held] = np.maximum.reduceat(end_arr[arrays.holders], arrays.starts)
+        produced = arrays.freed_producer >= 0
+        free_at[produced] = np.maximum(free_at[produced], start_arr[arrays.freed_producer[produced]] + 1)
+    else:
+        free_at = arrays.freed_size
+    times = np.concatenate((start_arr[arrays.born_at], free_at))
+    deltas = np.concatenate((arrays.born_size, -arrays.freed_size))
+    order = np.lexsort((deltas, times))  # by time, and at equal times frees (negative) first
+    return times[order], problem.initial_resident_bytes + np.cumsum(deltas[order])
+
+
 def memory_over_time(problem: Problem, start, end) -> list[tuple[int, int]]:
     """(time, resident bytes from then on) at every change, for tasks placed at ``start``/``end``:
     the memory rule with several compute streams, where the host order and the device timeline
-    differ (`time_lifetimes`). At equal times frees come first."""
-    events: list[tuple[int, int]] = []
-    resident = problem.initial_resident_bytes
-    for size, producer, holders, freed in time_lifetimes(problem):
-        if producer is not None:
-            events.append((start[producer], size))
-        if freed:
-            events.append((time_of_free(producer, holders, start, end), -size))
-    events.sort()  # at equal times frees (negative) come first
-    curve = [(0, resident)]
-    for time, delta in events:
-        resident += delta
-        curve.append((time, resident))
-    return curve
+    differ (`time_lifetimes`, `time_of_free`). At equal times frees come first."""
+    times, resident = _time_events(problem, start, end)
+    return [(0, problem.initial_resident_bytes)] + list(zip(times.tolist(), resident.tolist()))
 
 
 def time_peak(problem: Problem, start, end) -> int:
     """The most bytes resident at any time (`memory_over_time`)."""
-    return max(resident for _, resident in memory_over_time(problem, start, end))
+    _, resident = _time_events(problem, start, end)
+    initial = problem.initial_resident_bytes
+    return max(initial, int(resident.max())) if len(resident) else initial
 
 
 class _Curve:
@@ -174,7 +283,7 @@ class _Curve:
     with its sum and its highest running sum: the most resident from a time on costs a walk over the
     later blocks plus one block, O(changes / BLOCK + BLOCK) instead of O(changes)."""
 
-    BLOCK = 64
+    BLOCK = 16  # 10,000-task synthetic graphs, two streams: nondelay fastest with 16 or 32 (64 measured too)
 
     def __init__(self, base: int):
         self.total = base  # resident once every change has happened
@@ -183,27 +292,34 @@ class _Curve:
         self.highs = [0]  # highest running sum within the block, from its start (0 if never above)
 
     def _summarize(self, i: int) -> None:
-        running = high = 0
-        for _, d in self.blocks[i]:
-            running += d
-            if running > high:
-                high = running
-        self.sums[i], self.highs[i] = running, high
+        running = list(itertools.accumulate(d for _, d in self.blocks[i]))
+        if running:
+            self.sums[i], self.highs[i] = running[-1], max(0, max(running))
+        else:
+            self.sums[i], self.highs[i] = 0, 0
 
     def add(self, time: int, delta: int) -> None:
         blocks = self.blocks
         i = len(blocks) - 1
         while i > 0 and (time, delta) < blocks[i][0]:
             i -= 1  # changes come mostly near the end of the curve: walk back from there
-        bisect.insort(blocks[i], (time, delta))
+        block = blocks[i]
+        at = bisect.bisect_right(block, (time, delta))
+        block.insert(at, (time, delta))
         self.total += delta
-        if len(blocks[i]) > 2 * self.BLOCK:
-            half = len(blocks[i]) // 2
-            blocks[i:i + 1] = [blocks[i][:half], blocks[i][half:]]
+        if len(block) > 2 * self.BLOCK:
+            half = len(block) // 2
+            blocks[i:i + 1] = [block[:half], block[half:]]
             self.sums[i:i + 1] = [0, 0]
             self.highs[i:i + 1] = [0, 0]
             self._summarize(i + 1)
-        self._summarize(i)
+            self._summarize(i)
+        elif at == len(block) - 1:  # appended: the running sums before it stand, one more after them
+            self.sums[i] += delta
+            if self.sums[i] > self.highs[i]:
+                self.highs[i] = self.sums[i]
+        else:
+            self._summarize(i)
 
     def peak_from(self, time: int) -> int:
         """The most bytes resident at any time from ``time`` on."""
@@ -280,9 +396,13 @@ def earliest_fit(active: list[tuple[int, int, float]], est: int, duration: int, 
     the first of est and the ends of active intervals after it that fits. The load is piecewise
     constant between interval bounds, so one sorted sweep finds it; a candidate blocked by a segment
     hands over to the first candidate at or after that segment's end (any earlier one overlaps it too)."""
+    # first try est itself, against the few intervals its window meets: when all of them at once leave
+    # room, it fits (a sum of non-negative loads only grows with more of them: the check below agrees)
+    window_end = est + duration
+    if sum(o for s, e, o in active if e > est and s < window_end) + occupancy <= 1.0 + OCCUPANCY_SLACK:
+        return est
     active = [iv for iv in active if iv[1] > est]  # the others end before any window can begin
-    # first try est itself, against the few intervals its window meets
-    meets = [iv for iv in active if iv[0] < est + duration]
+    meets = [iv for iv in active if iv[0] < window_end]
     if all(sum(o for s, e, o in meets if s <= p < e) + occupancy <= 1.0 + OCCUPANCY_SLACK
            for p in [est] + [s for s, _, _ in meets if s > est]):
         return est
@@ -306,6 +426,15 @@ def earliest_fit(active: list[tuple[int, int, float]], est: int, duration: int, 
         if blocked_until is None:
             return t
         k = bisect.bisect_left(candidates, blocked_until, k + 1)
+
+
+_RUNS, _VIEW, _LAUNCHED = 0, 1, 2  # how a task is timed: on its stream, as a view, or as a launched collective
+
+
+def _timing_kinds(problem: Problem) -> list[int]:
+    wait_of = problem.wait_of
+    return [_VIEW if task.role == Role.FREE else _LAUNCHED if task.role == Role.COMM and t in wait_of else _RUNS
+            for t, task in enumerate(problem.tasks)]
 
 
 class Timeline:
@@ -333,7 +462,7 @@ class Timeline:
         n = problem.num_tasks
         self.problem = problem
         self._pending: list[int] | None = None  # compute tasks with a duration still to place, per stream
-        if streams is not None:
+        if streams is not None and machine.compute_streams > 1:
             self._pending = [0] * machine.compute_streams
             for t, task in enumerate(problem.tasks):
                 if task.role != Role.FREE and task.duration and machine.is_compute_stream(streams[t]):
@@ -349,12 +478,12 @@ class Timeline:
         self.active: list[tuple[int, int, float]] = []
         self._tasks = problem.tasks
         self._sync_preds = problem.sync_preds
-        self._async = problem.wait_of
+        self._kinds = per_problem(problem, "timing kinds", _timing_kinds)
 
-    def _start(self, t: int, s: int, commit: bool) -> int:
-        task = self._tasks[t]
+    def _start(self, t: int, s: int, commit: bool = False) -> int:
         end = self.end
-        if task.role == Role.FREE:
+        kind = self._kinds[t]
+        if kind == _VIEW:
             return max((end[p] for p in self._sync_preds[t]), default=0)
         sync = self.sync
         stream = self.stream
@@ -363,7 +492,7 @@ class Timeline:
             r = end[p] + (sync if stream[p] != s else 0)
             if r > ready:
                 ready = r
-        if task.role == Role.COMM and t in self._async:
+        if kind == _LAUNCHED:
             # launched from the default stream as a zero-time point there: the default stream
             # first waits for the collective's inputs, then the comm stream waits for it
             launch = self.launch_time(t)
@@ -371,18 +500,21 @@ class Timeline:
                 self.stream_free[0] = self.launch[t] = launch
             ready = launch + sync
         est = ready if ready > self.stream_free[s] else self.stream_free[s]
-        if self.share_gpu and s < self.compute_streams and task.duration:
+        if not self.share_gpu:
+            return est
+        task = self._tasks[t]
+        if s < self.compute_streams and task.duration:
+            if not commit:  # est is past the floor below: `earliest_fit` drops what ends before it anyway
+                return earliest_fit(self.active, est, task.duration, task.occupancy)
             if self._pending is None:
                 floor = min(self.stream_free[: self.compute_streams])
             else:
                 floor = min(f for f, k in zip(self.stream_free, self._pending) if k)
-                if commit:
-                    self._pending[s] -= 1
+                self._pending[s] -= 1
             active = [iv for iv in self.active if iv[1] > floor]
             est = earliest_fit(active, est, task.duration, task.occupancy)
-            if commit:
-                active.append((est, est + task.duration, task.occupancy))
-                self.active = active
+            active.append((est, est + task.duration, task.occupancy))
+            self.active = active
         return est
 
     def launch_time(self, c: int) -> int:
@@ -394,27 +526,58 @@ class Timeline:
                 launch = r
         return launch
 
-    def start_on(self, t: int, s: int) -> int:
-        """Start time of ``t`` if it were issued now on stream ``s`` (nothing changes)."""
-        return self._start(t, s, False)
+    #: ``start_on(t, s)``: start time of ``t`` if it were issued now on stream ``s`` (nothing changes); the
+    #: list schedulers ask it for every candidate, so it is `_start` itself, not a call around it
+    start_on = _start
 
     def place(self, t: int, s: int) -> int:
         """Issue ``t`` on stream ``s`` now; returns its end time."""
         st = self._start(t, s, True)
-        task = self._tasks[t]
         self.start[t] = st
-        self.end[t] = st + task.duration
+        self.end[t] = end = st + self._tasks[t].duration
         self.stream[t] = s
-        if task.role != Role.FREE:
-            self.stream_free[s] = self.end[t]
-        return self.end[t]
+        if self._kinds[t] != _VIEW:
+            self.stream_free[s] = end
+        return end
 
 
 def replay(problem: Problem, order: Sequence[int], streams: Sequence[int]) -> Timeline:
     """The timeline of a finished schedule: every task of ``order`` placed on its stream."""
     timeline = Timeline(problem, streams)
+    if timeline.share_gpu:
+        for t in order:
+            timeline.place(t, streams[t])
+        return timeline
+    # one compute stream, so no occupancy rule: `place`'s rules inlined (every simulation runs this loop)
+    start, end, stream, free, launches = (timeline.start, timeline.end, timeline.stream, timeline.stream_free,
+                                          timeline.launch)
+    kinds, sync_preds, sync = timeline._kinds, timeline._sync_preds, timeline.sync
+    durations = per_problem(problem, "durations", lambda p: [task.duration for task in p.tasks])
     for t in order:
-        timeline.place(t, streams[t])
+        s = streams[t]
+        kind = kinds[t]
+        if kind == _VIEW:
+            ready = max((end[p] for p in sync_preds[t]), default=0)
+            start[t], end[t], stream[t] = ready, ready + durations[t], s
+            continue
+        if kind == _LAUNCHED:  # its launch point on the default stream waits for its inputs
+            ready = free[0]
+            for p in sync_preds[t]:
+                r = end[p] + (sync if stream[p] != 0 else 0)
+                if r > ready:
+                    ready = r
+            free[0] = launches[t] = ready
+            ready += sync
+        else:
+            ready = 0
+            for p in sync_preds[t]:
+                r = end[p] + (sync if stream[p] != s else 0)
+                if r > ready:
+                    ready = r
+        if free[s] > ready:
+            ready = free[s]
+        start[t], end[t], stream[t] = ready, ready + durations[t], s
+        free[s] = end[t]
     return timeline
 
 
