@@ -383,8 +383,9 @@ def exposure_bound(problem: Problem) -> int:
     sync, budget = machine.sync_overhead, machine.memory_budget
     anc, desc = _closures(problem)
     # work the compute stream may run in a window: compute tasks and synchronous comm ops (which may take it)
-    fill = np.array([task.duration if task.role == Role.COMPUTE or (task.role == Role.COMM and not problem.is_async_comm(t))
-                     else 0 for t, task in enumerate(problem.tasks)], dtype=np.int64)
+    on_compute = [task.role == Role.COMPUTE or (task.role == Role.COMM and not problem.is_async_comm(t))
+                  for t, task in enumerate(problem.tasks)]
+    fill = np.array([task.duration if ok else 0 for ok, task in zip(on_compute, problem.tasks)], dtype=np.int64)
     compute_work = sum(task.duration for task in problem.tasks if task.role == Role.COMPUTE)
 
     # issued before c's launch: c, earlier comm tasks (the order is kept) and their ancestors; after c's wait
@@ -406,7 +407,8 @@ def exposure_bound(problem: Problem) -> int:
     else:
         buffers = list(problem.lifetime_buffers)
         sizes = np.array([problem.buffers[b].size for b in buffers], dtype=np.int64)
-        producer = np.array([-1 if problem.buffers[b].producer is None else problem.buffers[b].producer for b in buffers])
+        producer = np.array([-1 if problem.buffers[b].producer is None else problem.buffers[b].producer
+                             for b in buffers])
         never_freed = np.array([not problem.is_freed(b) for b in buffers], dtype=bool)
         is_input = producer < 0
         holders = [sorted(problem.buffer_holders[b]) for b in buffers]

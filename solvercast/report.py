@@ -105,8 +105,8 @@ class Report:
             f"  memory budget    {format_bytes(self.memory_budget)} (optimized uses "
             f"{self.optimized_peak_memory / max(1, self.memory_budget):.1%})",
             f"  lower bounds     critical path {_us(b['critical_path'])}, compute {_us(b['compute'])}, "
-            f"comm {_us(b['comm'])}, sequencing {_us(b['sequencing'])}, windows {_us(b.get('windows'))}, exposure {_us(b.get('exposure'))}, "
-            f"memory {format_bytes(b['memory'])}",
+            f"comm {_us(b['comm'])}, sequencing {_us(b['sequencing'])}, windows {_us(b.get('windows'))}, "
+            f"exposure {_us(b.get('exposure'))}, memory {format_bytes(b['memory'])}",
             f"  best bound       {_us(self.best_bound)}"
             + (f" (solver's own: {_us(self.solver_bound)})" if self.solver_bound is not None else "")
             + f"; gap {self.gap:.2%}",
