@@ -166,3 +166,21 @@ def test_a_proof_ends_the_solve_before_the_windows():
     p = at_original_peak(SHAPES[sorted(SHAPES)[0]](2))
     res = solve_cpsat(p, time_limit=5)
     assert res.status == SolveStatus.OPTIMAL and "polish" not in res.stats
+
+
+
+def test_a_makespan_at_the_bound_ends_the_solve_before_the_windows(monkeypatch):
+    """A schedule at `lower_bounds` is optimal even when the model cannot say so (a scaled model proves
+    nothing of the problem): no windows follow. The model is replaced by one that returns its hint
+    unproven."""
+    from solvercast import lower_bounds
+    from solvercast.solvers import cpsat
+    from solvercast.solvers.result import SolveResult
+
+    p = at_original_peak(SHAPES["raise_comms"](2))
+    optimal = solve_cpsat(p, time_limit=5)
+    assert optimal.makespan == lower_bounds(p).makespan  # the bound is tight here
+    unproven = SolveResult(optimal.schedule, SolveStatus.HINT_KEPT, optimal.simulated, None, None, 0.0)
+    monkeypatch.setattr(cpsat, "solve_model", lambda *args, **kwargs: unproven)
+    res = cpsat.solve_cpsat(p, time_limit=5, hint=optimal.schedule)
+    assert res is unproven

@@ -166,8 +166,8 @@ def solve_cpsat(
     with ``polish`` (a deterministic solve of the whole graph on one compute stream), windowed search
     (`large.solve_windows`) from what the model found when it ended without a proof.
 
-    The model gets WHOLE_MODEL_SHARE of ``time_limit``; a proof, or the lack of a solution, ends the call
-    there; otherwise windows of POLISH_WINDOW tasks around the idle points take the rest (counted in
+    The model gets WHOLE_MODEL_SHARE of ``time_limit``; a proof, a makespan at a lower bound, or the lack of
+    a solution ends the call there; otherwise windows of POLISH_WINDOW tasks around the idle points take the rest (counted in
     deterministic time, so every run gives the same schedule) and the better schedule is returned, FEASIBLE
     when the windows improved it, with the model's bound; ``stats["polish"]`` says what the windows did.
     Other options and what the call returns: `solve_model`."""
@@ -182,6 +182,8 @@ def solve_cpsat(
                         deadline=deadline, progress=progress, **options)
     if first.status not in (SolveStatus.FEASIBLE, SolveStatus.HINT_KEPT):
         return first  # proven (optimal, infeasible) or nothing found
+    if first.makespan <= max(first.bound or 0, lower_bounds(problem).makespan):
+        return first  # at a bound already (a scaled model proves nothing of the problem: synthetic 300 tasks)
     left = time_limit - seconds_spent(first, True)
     ends = started + time_limit if deadline is None else min(deadline, started + time_limit)
     polished = solve_windows(problem, first.schedule, left, memory_budget, window=POLISH_WINDOW,
