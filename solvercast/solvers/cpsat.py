@@ -1,10 +1,12 @@
 """`solve_cpsat`: the CP-SAT solve driver (the model is solvers/cpsat_model.py).
 
-The driver reads top to bottom: scale the problem to a small horizon, build
+`solve_model` reads top to bottom: scale the problem to a small horizon, build
 the model over its scope (whole, or a window of the hint), add the hint, set
 the parameters (deterministic time, seed, workers), solve with a callback that
 reports and keeps solutions, choose among them with `simulate`, and return the
-result (solvers/result.py): never worse than the hint.
+result (solvers/result.py): never worse than the hint. `solve_cpsat` runs it
+on the whole graph and, when it ends without a proof, polishes its answer
+with windowed models (solvers/large.py) for the rest of the time.
 """
 
 from __future__ import annotations
@@ -144,8 +146,9 @@ class _Solutions(cp_model.CpSolverSolutionCallback):
 #: 0.75 and windows after (320.2 with 0.5); fsdp_layers 4 layers needs 4.55 units to prove 242.6 us, which its
 #: model (8,176 constraints) gets from 0.75 of 10 s (4.67) but not from 0.65 (3.99)
 WHOLE_MODEL_SHARE = 0.75
-#: windows of the polish: tasks per window and planned seconds per window (40 / 0.5 beat 80 / 1.0 and
-#: 120 / 2.0 on fsdp_tp: 323.2, 333.8, 330.8 us from the heuristic in 10 s)
+#: windows of the polish: tasks per window and planned seconds per window (fsdp_tp after 0.75 of the time on
+#: the model: 25 tasks 333.6 us, 40: 332.4, 80: 343.1; from the heuristic alone in 10 s, 40 / 0.5 s: 323.2,
+#: 80 / 1.0: 333.8, 120 / 2.0: 330.8)
 POLISH_WINDOW = 40
 POLISH_SECONDS_PER_WINDOW = 0.5
 
@@ -167,10 +170,10 @@ def solve_cpsat(
     (`large.solve_windows`) from what the model found when it ended without a proof.
 
     The model gets WHOLE_MODEL_SHARE of ``time_limit``; a proof, a makespan at a lower bound, or the lack of
-    a solution ends the call there; otherwise windows of POLISH_WINDOW tasks around the idle points take the rest (counted in
-    deterministic time, so every run gives the same schedule) and the better schedule is returned, FEASIBLE
-    when the windows improved it, with the model's bound; ``stats["polish"]`` says what the windows did.
-    Other options and what the call returns: `solve_model`."""
+    a solution ends the call there; otherwise windows of POLISH_WINDOW tasks around the idle points take the
+    rest (counted in deterministic time, so every run gives the same schedule) and the better schedule is
+    returned, FEASIBLE when the windows improved it, with the model's bound; ``stats["polish"]`` says what
+    the windows did. Other options and what the call returns: `solve_model`."""
     whole = (options.get("window") is None and not options.get("fixed_order") and not options.get("left_shift"))
     if not (polish and deterministic and whole and problem.machine.compute_streams == 1):
         return solve_model(problem, time_limit, memory_budget, hint, deterministic=deterministic, deadline=deadline,
