@@ -23,14 +23,19 @@ class Bounds:
     sequencing: int | None = 0  # None (and windows None): not computed, `lower_bounds(structural=False)`
     # the GPU's idle time between collectives of the fixed order on one comm stream, see `window_bound`
     windows: int | None = 0
+    # the compute stream's idle time while collectives it cannot cover are in flight, the memory budget
+    # deciding what can cover them, see `exposure_bound`
+    exposure: int | None = 0
 
     @property
     def makespan(self) -> int:
-        return max(self.critical_path, self.compute, self.comm, self.sequencing or 0, self.windows or 0)
+        return max(self.critical_path, self.compute, self.comm, self.sequencing or 0, self.windows or 0,
+                   self.exposure or 0)
 
     def to_dict(self) -> dict:
         return {"critical_path": self.critical_path, "compute": self.compute, "comm": self.comm,
-                "sequencing": self.sequencing, "windows": self.windows, "makespan": self.makespan,
+                "sequencing": self.sequencing, "windows": self.windows, "exposure": self.exposure,
+                "makespan": self.makespan,
                 "memory": self.memory}
 
 
@@ -75,7 +80,7 @@ def latest_starts(problem: Problem, horizon: int) -> list[int]:
 
 def lower_bounds(problem: Problem, structural: bool = True) -> Bounds:
     """Bounds that hold for every valid schedule of ``problem``. ``structural=False`` leaves out the
-    sequencing and window bounds (None): they cost seconds at tens of thousands of tasks, and `optimize`
+    sequencing, window and exposure bounds (None): they cost seconds at tens of thousands of tasks, and `optimize`
     skips them when its time plan has nothing left after the fixed costs."""
     machine = problem.machine
     est = earliest_starts(problem)
@@ -104,7 +109,8 @@ def lower_bounds(problem: Problem, structural: bool = True) -> Bounds:
     memory = resident + max([outputs] + touched)
     return Bounds(critical_path=critical, compute=compute, comm=comm, memory=memory,
                   sequencing=sequencing_bound(problem) if structural else None,
-                  windows=window_bound(problem) if structural else None)
+                  windows=window_bound(problem) if structural else None,
+                  exposure=exposure_bound(problem) if structural else None)
 
 
 def _compute_work(problem: Problem) -> list[int]:
@@ -317,3 +323,140 @@ def _chain_window_bound(problem: Problem, chain: list[int]) -> int:
         release(released_after[k + 1], comm_end + sync)
     run_gpu(lambda: not pending and not ready)
     return max(clock, comm_end + sync)
+
+
+#: `exposure_bound` builds a task x buffer matrix per collective (its work grows with tasks x collectives x
+#: buffers): past this many tasks it is not computed (0). Measured on the loaded 2-core machine: 0.02 s for
+#: fsdp_tp (287 tasks) and fsdp_layers 8 layers (532), 0.15 s for synthetic 600; 0.57 s at 1,000, 5.4 s at 2,000
+EXPOSURE_MAX_TASKS = 600
+
+
+def _closures(problem: Problem):
+    """Boolean matrices ``anc[t, q]`` (q is t or one of its ancestors) and ``desc[t, q]`` (q is t or one of its
+    descendants)."""
+    import numpy as np
+
+    n = problem.num_tasks
+    nbytes = (n + 7) // 8
+
+    def matrix(edges, order) -> "np.ndarray":
+        reach = [0] * n
+        for t in order:
+            mask = 1 << t
+            for q in edges[t]:
+                mask |= reach[q]
+            reach[t] = mask
+        packed = np.frombuffer(b"".join(r.to_bytes(nbytes, "little") for r in reach), dtype=np.uint8)
+        return np.unpackbits(packed.reshape(n, nbytes), axis=1, bitorder="little")[:, :n].astype(bool)
+
+    return matrix(problem.preds, range(n)), matrix(problem.succs, range(n - 1, -1, -1))
+
+
+def exposure_bound(problem: Problem) -> int:
+    """A makespan bound from collectives whose time in flight the compute stream cannot fill, the memory
+    budget deciding what may fill it.
+
+    One compute stream, collective order kept. Between an asynchronous collective c's launch point and its
+    wait, in program order, the compute stream runs only the tasks issued between the two (the launch waits
+    for the work enqueued before it; the wait blocks the stream until c has ended), and that window lasts at
+    least ``2 * sync + duration(c)`` (launch -> start, the collective, end -> wait). A task t may sit in the
+    window only if it is neither issued before the launch (c's ancestors, the comm tasks before c in the kept
+    order and their ancestors) nor after the wait (the wait's descendants), and if the bytes that are resident
+    at t's step in *every* such order fit the budget: a buffer is, when its producer is t, an ancestor of t,
+    or issued before the launch, and one of its holders is t, a descendant of t, or issued after the wait
+    (outputs are never freed, inputs always there). So the stream idles at least ``2 * sync + duration(c)``
+    minus the work of the tasks that may fill c's window. Windows that cannot overlap add up: c_j after c_i in
+    the kept order cannot launch inside c_i's window when it depends on c_i's wait, or when the bytes resident
+    at c_j's launch with c_i still in flight (by the same rule) exceed the budget; the best chain of such
+    collectives (a longest path) is added to the compute work. Without a budget only dependencies decide:
+    collectives whose result the next compute needs with too little independent work to cover them.
+
+    Not computed (0) with several compute streams (the windows overlap on the GPU and memory is judged over
+    time there), when the collective order is free (the launch order, which makes windows disjoint, is not
+    fixed), or past EXPOSURE_MAX_TASKS tasks."""
+    import numpy as np
+
+    machine = problem.machine
+    chain = problem.async_chain
+    n = problem.num_tasks
+    if machine.compute_streams != 1 or not problem.preserve_collective_order or not chain or n > EXPOSURE_MAX_TASKS:
+        return 0
+    sync, budget = machine.sync_overhead, machine.memory_budget
+    anc, desc = _closures(problem)
+    # work the compute stream may run in a window: compute tasks and synchronous comm ops (which may take it)
+    on_compute = [task.role == Role.COMPUTE or (task.role == Role.COMM and not problem.is_async_comm(t))
+                  for t, task in enumerate(problem.tasks)]
+    fill = np.array([task.duration if ok else 0 for ok, task in zip(on_compute, problem.tasks)], dtype=np.int64)
+    compute_work = sum(task.duration for task in problem.tasks if task.role == Role.COMPUTE)
+
+    # issued before c's launch: c, earlier comm tasks (the order is kept) and their ancestors; after c's wait
+    before = {}
+    seen = np.zeros(n, dtype=bool)
+    for k in problem.comm_tasks:
+        seen |= anc[k]
+        if k in problem.wait_of:
+            before[k] = seen.copy()
+    after = {c: desc[problem.wait_of[c]] for c in chain}
+
+    def candidates(c: int) -> np.ndarray:  # tasks with work that dependencies and the order let into c's window
+        return np.flatnonzero((fill > 0) & ~before[c] & ~after[c])
+
+    def window_idle(c: int, fillers: np.ndarray) -> int:
+        return max(0, 2 * sync + problem.tasks[c].duration - int(fill[fillers].sum()))
+
+    if budget is None:
+        idle = {c: window_idle(c, candidates(c)) for c in chain}
+        disjoint = {(ci, cj): bool(after[ci][cj]) for i, ci in enumerate(chain) for cj in chain[i + 1:]}
+    else:
+        buffers = list(problem.lifetime_buffers)
+        sizes = np.array([problem.buffers[b].size for b in buffers], dtype=np.int64)
+        producer = np.array([-1 if problem.buffers[b].producer is None else problem.buffers[b].producer
+                             for b in buffers])
+        never_freed = np.array([not problem.is_freed(b) for b in buffers], dtype=bool)
+        is_input = producer < 0
+        holders = [sorted(problem.buffer_holders[b]) for b in buffers]
+        # produced_by[t, b]: b's producer is t or an ancestor of t (inputs: always); held_from[t, b]: a holder
+        # of b is t or a descendant of t (never freed: always)
+        produced_by = np.where(is_input[None, :], True, desc[np.maximum(producer, 0)].T)
+        held_from = np.zeros((n, len(buffers)), dtype=bool)
+        for j, hs in enumerate(holders):
+            if never_freed[j]:
+                held_from[:, j] = True
+            elif hs:
+                held_from[:, j] = anc[hs].any(axis=0)
+
+        def fits(rows: np.ndarray, c: int) -> np.ndarray:
+            """The tasks of ``rows`` whose step, inside c's window, fits the budget in every order."""
+            live = (produced_by[rows] | born_before[c][None, :]) & (held_from[rows] | held_after[c][None, :])
+            return rows[problem.resident_bytes + live.astype(np.int64) @ sizes <= budget]
+
+        def born(mask: np.ndarray) -> np.ndarray:  # buffers produced by a task of ``mask`` (inputs: always)
+            return is_input | mask[np.maximum(producer, 0)]
+
+        holds = np.zeros((n, len(buffers)), dtype=np.int32)  # holds[t, b]: t is a holder of b
+        for j, hs in enumerate(holders):
+            holds[hs, j] = 1
+
+        def held(mask: np.ndarray) -> np.ndarray:  # buffers held by a task of ``mask`` (never freed: always)
+            return never_freed | (mask.astype(np.int32) @ holds > 0)
+
+        born_before = {c: born(before[c]) for c in chain}
+        held_after = {c: held(after[c]) for c in chain}
+        idle = {c: window_idle(c, fits(candidates(c), c)) for c in chain}
+        disjoint = {}
+        for i, ci in enumerate(chain):
+            later = list(chain[i + 1:])
+            if not later:
+                continue
+            # rows: each later collective's launch step with ci in flight (its buffers held until its wait);
+            # what is born before cj's launch includes cj's ancestors
+            live = np.array([born_before[cj] for cj in later]) & (held_from[later] | held_after[ci][None, :])
+            over = problem.resident_bytes + live.astype(np.int64) @ sizes > budget
+            for cj, forced in zip(later, over):
+                disjoint[ci, cj] = bool(after[ci][cj] or forced)
+
+    # the longest chain of pairwise disjoint windows: consecutive ones suffice (launches are in chain order)
+    best: dict[int, int] = {}
+    for j, cj in enumerate(chain):
+        best[cj] = idle[cj] + max([0] + [best[ci] for ci in chain[:j] if disjoint[ci, cj]])
+    return compute_work + max(best.values())

@@ -132,7 +132,7 @@ class Report:
             f"{self.optimized_peak_memory / max(1, self.memory_budget):.1%})",
             f"  lower bounds     critical path {_us(b['critical_path'])}, compute {_us(b['compute'])}, "
             f"comm {_us(b['comm'])}, sequencing {_us(b['sequencing'])}, windows {_us(b.get('windows'))}, "
-            f"memory {format_bytes(b['memory'])}",
+            f"exposure {_us(b.get('exposure'))}, memory {format_bytes(b['memory'])}",
             f"  best bound       {_us(self.best_bound)}"
             + (f" (solver's own: {_us(self.solver_bound)})" if self.solver_bound is not None else "")
             + f"; gap {self.gap:.2%}",

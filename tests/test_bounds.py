@@ -134,3 +134,73 @@ def test_bounds_hold_with_several_comm_streams(seed):
 def test_window_bound_holds_with_sync_and_several_compute_streams(seed):
     p = random_problem(seed, 7, compute_streams=1 + seed % 2, sync_overhead=5 * (seed % 3), comm_fraction=0.4)
     assert lower_bounds(p).windows <= brute_force(p)[0]
+
+
+def gather_beside_a_big_buffer(budget=None, sync=0):
+    """a(10) -> ar(30) -> w -> b(10), and beside it u(40) -> v(5) through U (50 B); ar holds A (10 B, a's
+    output) and R (10 B, its own) until its wait."""
+    from solvercast import Buffer
+
+    tasks = (Task("a", C, 10), Task("ar", M, 30), Task("w", W, waits_for=1), Task("b", C, 10),
+             Task("u", C, 40), Task("v", C, 5))
+    buffers = (Buffer("A", 10, 0, (1,)), Buffer("R", 10, 1, (2, 3)), Buffer("U", 50, 4, (5,)))
+    return Problem(tasks, ((0, 1), (1, 2), (2, 3), (4, 5)), buffers=buffers,
+                   machine=Machine(sync_overhead=sync, memory_budget=budget))
+
+
+def test_exposure_bound_by_hand():
+    # No budget: u and v run while ar is in flight (a 0-10, ar 10-40, u 10-50, v 50-55, b 55-65): the
+    # compute work, 65, and the exposure bound says no more.
+    free = gather_beside_a_big_buffer()
+    assert lower_bounds(free).exposure == 65 == brute_force(free)[0]
+    # Budget 60 B: with ar in flight A + R (20 B) are resident, so neither u's step nor v's (U, 50 B) fits:
+    # ar's 30 ns are exposed, 65 + 30 = 95 (a, ar, w, b, then u, v; or u, v first). Every other bound
+    # misses it: the critical path is 50, the compute work 65.
+    tight = gather_beside_a_big_buffer(budget=60)
+    b = lower_bounds(tight)
+    assert b.exposure == 95 == b.makespan == brute_force(tight)[0]
+    assert max(b.critical_path, b.compute, b.comm, b.sequencing, b.windows) == 65
+    # the launch and the wait each pay the sync: 65 + 3 + 30 + 3
+    assert lower_bounds(gather_beside_a_big_buffer(budget=60, sync=3)).exposure == 101
+    assert brute_force(gather_beside_a_big_buffer(budget=60, sync=3))[0] == 101
+
+
+def test_exposure_bound_where_it_is_not_computed():
+    """Several compute streams (memory is judged over time, windows overlap on the GPU) and a free
+    collective order (the launch order that keeps windows apart is not fixed): 0."""
+    import dataclasses
+
+    tight = gather_beside_a_big_buffer(budget=60)
+    two = dataclasses.replace(tight, machine=dataclasses.replace(tight.machine, compute_streams=2))
+    assert lower_bounds(two).exposure == 0
+    assert lower_bounds(dataclasses.replace(tight, preserve_collective_order=False)).exposure == 0
+
+
+@pytest.mark.parametrize("comm_streams", [1, 2])
+def test_exposure_bound_never_exceeds_the_optimum_with_binding_budgets(comm_streams):
+    """Brute force over tiny random programs, each without a budget, with one halfway between the
+    original peak and the memory bound, and with the memory bound itself; with two comm streams the
+    collectives alternate between two process groups. The bound must also be the best one somewhere
+    (a bound that returned 0 would pass the first check)."""
+    import dataclasses
+
+    from solvercast import Schedule, simulate
+
+    above_the_others = 0
+    for seed in range(30):
+        p = random_problem(seed, 7, sync_overhead=5 * (seed % 2), comm_fraction=0.4,
+                           sync_comm_fraction=0.1 * (seed % 3 == 2))
+        if comm_streams == 2:
+            groups = {c: k % 2 for k, c in enumerate(p.comm_tasks)}
+            tasks = tuple(dataclasses.replace(t, group=groups.get(i, 0)) for i, t in enumerate(p.tasks))
+            p = dataclasses.replace(p, tasks=tasks, machine=dataclasses.replace(p.machine, comm_streams=2))
+        peak, floor = simulate(p, Schedule.original(p)).peak_memory, lower_bounds(p).memory
+        for budget in (None, (peak + floor) // 2, floor):
+            q = p.with_budget(budget)
+            best, _ = brute_force(q)
+            if best is None:  # nothing fits
+                continue
+            b = lower_bounds(q)
+            assert b.exposure <= best, (seed, budget)
+            above_the_others += b.exposure > max(b.critical_path, b.compute, b.comm, b.sequencing, b.windows)
+    assert above_the_others >= 5

@@ -83,9 +83,9 @@ def test_positions_order_the_default_stream():
 
 
 def test_the_same_schedule_on_every_run(zoo_graph, monkeypatch):
-    """Deterministic: two solves of a graph the search does not finish give the same schedule. (The
-    conversion is lowered so that the deterministic limit, about 0.1 units, ends the search long before
-    the wall clock on a busy machine.)"""
+    """Deterministic: two solves of a graph the search does not finish give the same schedule, the windows
+    that polish the model's answer included. (The conversion is lowered so that the deterministic limit,
+    about 0.06 units for the model, ends the search long before the wall clock on a busy machine.)"""
     from solvercast import extract_problem
     from solvercast.solvers import cpsat
 
@@ -93,7 +93,8 @@ def test_the_same_schedule_on_every_run(zoo_graph, monkeypatch):
     p = at_original_peak(extract_problem(zoo_graph("fsdp_layers", layers=2)))
     hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
     first, second = (solve_cpsat(p, time_limit=10, hint=hint) for _ in range(2))
-    assert first.stats["deterministic_time"] >= first.stats["deterministic_limit"] > 0.09
+    assert first.stats["deterministic_time"] >= first.stats["deterministic_limit"] > 0.05
+    assert first.stats["polish"]["windows_tried"] >= 1
     assert not first.stats["stopped_by_wall_clock"] and not second.stats["stopped_by_wall_clock"]
     assert (first.schedule.order, first.schedule.streams) == (second.schedule.order, second.schedule.streams)
 
@@ -142,3 +143,44 @@ def test_the_deterministic_limit_follows_the_model_not_the_clock(zoo_graph):
     assert cpsat.search_rate("streams", 1_000) == cpsat.search_rate("streams", 10_000)
     # a model too large for the seconds given still gets a (tiny) positive limit: its hint stands
     assert cpsat.deterministic_limit(1e-3, one) == 1e-3
+
+
+def test_windows_polish_what_the_model_left(zoo_graph, monkeypatch):
+    """A whole-graph solve the model does not finish goes on with windows from the model's answer: never
+    worse than the model alone with its share of the time, valid, with the model's bound. (The model's
+    conversion is lowered so that its deterministic limit, not the clock, ends it.)"""
+    from solvercast import extract_problem
+    from solvercast.solvers import cpsat
+
+    monkeypatch.setattr(cpsat, "search_rate", lambda kind, constraints: 0.25 if kind == "windows" else 0.012)
+    p = at_original_peak(extract_problem(zoo_graph("fsdp_layers", layers=2)))
+    hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
+    polished = solve_cpsat(p, time_limit=4, hint=hint)
+    alone = cpsat.solve_model(p, time_limit=4 * cpsat.WHOLE_MODEL_SHARE, hint=hint)
+    assert polished.stats["polish"]["windows_tried"] >= 1
+    assert polished.makespan <= alone.makespan and polished.bound == alone.bound
+    validate(p, polished.schedule)
+
+
+def test_a_proof_ends_the_solve_before_the_windows():
+    p = at_original_peak(SHAPES[sorted(SHAPES)[0]](2))
+    res = solve_cpsat(p, time_limit=5)
+    assert res.status == SolveStatus.OPTIMAL and "polish" not in res.stats
+
+
+
+def test_a_makespan_at_the_bound_ends_the_solve_before_the_windows(monkeypatch):
+    """A schedule at `lower_bounds` is optimal even when the model cannot say so (a scaled model proves
+    nothing of the problem): no windows follow. The model is replaced by one that returns its hint
+    unproven."""
+    from solvercast import lower_bounds
+    from solvercast.solvers import cpsat
+    from solvercast.solvers.result import SolveResult
+
+    p = at_original_peak(SHAPES["raise_comms"](2))
+    optimal = solve_cpsat(p, time_limit=5)
+    assert optimal.makespan == lower_bounds(p).makespan  # the bound is tight here
+    unproven = SolveResult(optimal.schedule, SolveStatus.HINT_KEPT, optimal.simulated, None, None, 0.0)
+    monkeypatch.setattr(cpsat, "solve_model", lambda *args, **kwargs: unproven)
+    res = cpsat.solve_cpsat(p, time_limit=5, hint=optimal.schedule)
+    assert res is unproven

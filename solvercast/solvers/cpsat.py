@@ -1,14 +1,17 @@
 """`solve_cpsat`: the CP-SAT solve driver (the model is solvers/cpsat_model.py).
 
-The driver reads top to bottom: scale the problem to a small horizon, build
+`solve_model` reads top to bottom: scale the problem to a small horizon, build
 the model over its scope (whole, or a window of the hint), add the hint, set
 the parameters (deterministic time, seed, workers), solve with a callback that
 reports and keeps solutions, choose among them with `simulate`, and return the
-result (solvers/result.py): never worse than the hint.
+result (solvers/result.py): never worse than the hint. `solve_cpsat` runs it
+on the whole graph and, when it ends without a proof, polishes its answer
+with windowed models (solvers/large.py) for the rest of the time.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import deque
@@ -23,7 +26,7 @@ from solvercast.schedule import Schedule
 from solvercast.simulate import simulate, validate
 from solvercast.solvers.common import scale_problem, serial_horizon
 from solvercast.solvers.cpsat_model import CpsatModel, model_horizon_cap
-from solvercast.solvers.result import Outcome, SolveResult, best_valid
+from solvercast.solvers.result import Outcome, SolveResult, SolveStatus, best_valid
 from solvercast.solvers.scope import Scope
 from solvercast.time_budget import SOLVER_BUILD_SECONDS_PER_TASK
 
@@ -36,7 +39,11 @@ from solvercast.time_budget import SOLVER_BUILD_SECONDS_PER_TASK
 #: 24,935: 0.66, the outlier), so `search_rate` takes it from the constraint count; several compute
 #: streams: 0.10-0.44, no trend (median 0.25); program times (past MAX_POSITION_PAIRS, and windows):
 #: 0.1-0.47 on the shared cores, 0.45 assumed when quiet.
-SEARCH_UNITS_PER_SECOND = {"positions": (0.5, 0.7), "program_times": (0.45, 0.0), "streams": (0.25, 0.0)}
+#: Windows of the program (`large.solve_windows`, one compute stream, 270-400 constraints at 40 tasks): 0.16-0.88
+#: per CPU second, median 0.3, on the shared cores (load ~3, 2026-11-23): 0.25, so that on a quiet machine
+#: the deterministic limit, not the wall clock, ends most of them.
+SEARCH_UNITS_PER_SECOND = {"positions": (0.5, 0.7), "program_times": (0.45, 0.0), "streams": (0.25, 0.0),
+                           "windows": (0.25, 0.0)}
 #: (rate at 2,734 constraints, change per decade of constraints), clipped to this range
 SEARCH_RATE_RANGE = (0.2, 1.3)
 #: CPU seconds per model constraint that earn no deterministic time: building the model in Python and
@@ -52,6 +59,8 @@ def model_kind(model: CpsatModel) -> str:
     """Which entry of SEARCH_UNITS_PER_SECOND applies to ``model``."""
     if not model.single_stream:
         return "streams"
+    if model.scope.windowed:
+        return "windows"
     return "positions" if model.positions else "program_times"
 
 
@@ -131,7 +140,70 @@ class _Solutions(cp_model.CpSolverSolutionCallback):
             self.schedules.append(self.model.extract(self))
 
 
+#: share of the time a whole-graph solve gives its one model before windowed search polishes what it found
+#: (`solve_cpsat`'s ``polish``). Measured with deterministic limits (10 s-equivalent, 2026-11-23,
+#: results/cpsat_budgets.md): fsdp_tp 2 layers, budget 1.0, 344.0 us with the whole model alone, 332.4 with
+#: 0.75 and windows after (320.2 with 0.5); fsdp_layers 4 layers needs 4.55 units to prove 242.6 us, which its
+#: model (8,176 constraints) gets from 0.75 of 10 s (4.67) but not from 0.65 (3.99)
+WHOLE_MODEL_SHARE = 0.75
+#: windows of the polish: tasks per window and planned seconds per window (fsdp_tp after 0.75 of the time on
+#: the model: 25 tasks 333.6 us, 40: 332.4, 80: 343.1; from the heuristic alone in 10 s, 40 / 0.5 s: 323.2,
+#: 80 / 1.0: 333.8, 120 / 2.0: 330.8)
+POLISH_WINDOW = 40
+POLISH_SECONDS_PER_WINDOW = 0.5
+
+
 def solve_cpsat(
+    problem: Problem,
+    time_limit: float = 10.0,
+    memory_budget: int | None = None,
+    hint: Schedule | None = None,
+    *,
+    deterministic: bool = True,
+    polish: bool = True,
+    deadline: float | None = None,
+    progress: Callable[[str], None] | None = None,
+    **options,
+) -> SolveResult:
+    """Solve ``problem`` with CP-SAT, warm-started from ``hint``: `solve_model` of the whole graph, then,
+    with ``polish`` (a deterministic solve of the whole graph on one compute stream), windowed search
+    (`large.solve_windows`) from what the model found when it ended without a proof.
+
+    The model gets WHOLE_MODEL_SHARE of ``time_limit``; a proof, a makespan at a lower bound, or the lack of
+    a solution ends the call there; otherwise windows of POLISH_WINDOW tasks around the idle points take the
+    rest (counted in deterministic time, so every run gives the same schedule) and the better schedule is
+    returned, FEASIBLE when the windows improved it, with the model's bound; ``stats["polish"]`` says what
+    the windows did. Other options and what the call returns: `solve_model`."""
+    whole = (options.get("window") is None and not options.get("fixed_order") and not options.get("left_shift"))
+    if not (polish and deterministic and whole and problem.machine.compute_streams == 1):
+        return solve_model(problem, time_limit, memory_budget, hint, deterministic=deterministic, deadline=deadline,
+                           progress=progress, **options)
+    from solvercast.solvers.large import seconds_spent, solve_windows  # large builds on this module
+
+    started = time.perf_counter()
+    first = solve_model(problem, time_limit * WHOLE_MODEL_SHARE, memory_budget, hint, deterministic=True,
+                        deadline=deadline, progress=progress, **options)
+    if first.status not in (SolveStatus.FEASIBLE, SolveStatus.HINT_KEPT):
+        return first  # proven (optimal, infeasible) or nothing found
+    if first.makespan <= max(first.bound or 0, lower_bounds(problem).makespan):
+        return first  # at a bound already (a scaled model proves nothing of the problem: synthetic 300 tasks)
+    left = time_limit - seconds_spent(first, True)
+    ends = started + time_limit if deadline is None else min(deadline, started + time_limit)
+    polished = solve_windows(problem, first.schedule, left, memory_budget, window=POLISH_WINDOW,
+                             per_window=POLISH_SECONDS_PER_WINDOW, deterministic=True, progress=progress,
+                             deadline=ends)
+    stats = dict(first.stats, polish={k: polished.stats.get(k) for k in ("windows_tried", "windows_improved")},
+                 stopped_by_wall_clock=bool(first.stats.get("stopped_by_wall_clock")
+                                            or polished.stats.get("stopped_by_wall_clock")))
+    wall = time.perf_counter() - started
+    if polished.status == SolveStatus.HINT_KEPT:  # the windows kept the model's schedule
+        return dataclasses.replace(first, stats=stats, wall_time=wall)
+    schedule = dataclasses.replace(polished.schedule, method="cpsat")
+    return SolveResult(schedule, SolveStatus.FEASIBLE, polished.simulated, None, first.bound, wall,
+                       first.solver_status, f"{first.message + '; ' if first.message else ''}{polished.message}", stats)
+
+
+def solve_model(
     problem: Problem,
     time_limit: float = 10.0,
     memory_budget: int | None = None,
@@ -149,7 +221,7 @@ def solve_cpsat(
     repair_hint: bool = False,
     deadline: float | None = None,
 ) -> SolveResult:
-    """Solve ``problem`` with CP-SAT, warm-started from ``hint``.
+    """Solve ``problem`` with one CP-SAT model, warm-started from ``hint``.
 
     ``memory_budget`` defaults to the problem's machine budget. With
     ``deterministic`` the time limit is CP-SAT's deterministic time (same

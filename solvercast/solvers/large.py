@@ -56,7 +56,7 @@ def solve_placement_then_windows(problem: Problem, hint: Schedule, time_limit: f
     placed = solve_placement(problem, hint, time_limit / 4, memory_budget, deterministic=deterministic,
                              progress=progress, deadline=deadline)
     start = placed.schedule if placed.schedule is not None else hint
-    spent = _seconds_spent(placed, deterministic)
+    spent = seconds_spent(placed, deterministic)
     say(f"windowed search ({time_limit - spent:.1f} s)")
     windows = solve_windows(problem, start, time_limit - spent, memory_budget, deterministic=deterministic,
                             progress=progress, deadline=deadline)
@@ -75,7 +75,7 @@ def solve_placement_then_windows(problem: Problem, hint: Schedule, time_limit: f
 WINDOW_OVERHEAD_SECONDS = 0.2
 
 
-def _seconds_spent(res: SolveResult, deterministic: bool) -> float:
+def seconds_spent(res: SolveResult, deterministic: bool) -> float:
     """What a solve used of its time: its deterministic time in planned seconds (the same on every rank),
     or its wall time."""
     if deterministic and res.stats.get("deterministic_limit"):  # the share of its limit, in the seconds given
@@ -141,7 +141,7 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
                           memory_budget=memory_budget, hint=best, window=(lo, lo + window), left_shift=True,
                           deterministic=deterministic, deadline=deadline)
         stopped_by_wall |= bool(res.stats.get("stopped_by_wall_clock"))
-        left -= _seconds_spent(res, deterministic) + WINDOW_OVERHEAD_SECONDS
+        left -= seconds_spent(res, deterministic) + WINDOW_OVERHEAD_SECONDS
         tried += 1
         if res.status != SolveStatus.HINT_KEPT:  # lower makespan, or the same with earlier starts
             best, best_sim = res.schedule, res.simulated
