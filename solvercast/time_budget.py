@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from solvercast.bounds import EXPOSURE_MAX_TASKS
+
 #: seconds per task of extraction and the baseline's simulation (quiet 2-core machine, 10,000 and 40,000 tasks:
 #: 7.3-7.4e-5, experiments/results/time_limit.md)
 EXTRACT_SECONDS_PER_TASK = 8.0e-5
@@ -26,6 +28,9 @@ EXTRACT_SECONDS_PER_TASK = 8.0e-5
 LOWERING_SECONDS_PER_TASK = (5.0e-5, 9.0e-5)
 #: seconds per task of the structural bounds (sequencing, windows; the report's gap only): 2.9-4.9e-5
 STRUCTURAL_BOUNDS_SECONDS_PER_TASK = 5.0e-5
+#: seconds per task of the exposure bound, part of the structural bounds up to `bounds.EXPOSURE_MAX_TASKS` tasks
+#: (its work grows with tasks x collectives x buffers: 0.15 s at 600 tasks on the loaded cores)
+EXPOSURE_BOUND_SECONDS_PER_TASK = 2.5e-4
 #: seconds every call costs whatever its size (imports on first use, the report)
 FIXED_SECONDS = 0.05
 #: seconds per graph node of handing back the original order (a copy of the graph, anchors stripped):
@@ -77,6 +82,8 @@ def plan_time(time_limit: float, num_tasks: int, compute_streams: int, solver_fo
     lowering = FIXED_SECONDS + num_tasks * LOWERING_SECONDS_PER_TASK[compute_streams > 1]
     fixed = lowering + num_tasks * EXTRACT_SECONDS_PER_TASK
     bounds = num_tasks * STRUCTURAL_BOUNDS_SECONDS_PER_TASK
+    if num_tasks <= EXPOSURE_MAX_TASKS:
+        bounds += num_tasks * EXPOSURE_BOUND_SECONDS_PER_TASK
     structural = time_limit - fixed >= 2 * bounds
     if structural:
         fixed += bounds

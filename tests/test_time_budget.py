@@ -17,7 +17,8 @@ from solvercast.models import build
 from solvercast.testing import random_problem
 from solvercast.solvers.cpsat import solve_cpsat
 from solvercast.solvers.result import SolveStatus
-from solvercast.time_budget import (MIN_SOLVER_SECONDS, SOLVER_BUILD_SECONDS_PER_TASK, STRUCTURAL_BOUNDS_SECONDS_PER_TASK,
+from solvercast.bounds import EXPOSURE_MAX_TASKS
+from solvercast.time_budget import (EXPOSURE_BOUND_SECONDS_PER_TASK, MIN_SOLVER_SECONDS, SOLVER_BUILD_SECONDS_PER_TASK, STRUCTURAL_BOUNDS_SECONDS_PER_TASK,
                                     analysis_seconds, can_analyse, plan_time)
 
 
@@ -93,7 +94,8 @@ def test_plan_shares_what_the_fixed_costs_leave(limit, tasks, streams, solver):
     plan = plan_time(limit, tasks, streams, solver)
     assert plan.fixed_seconds > plan.lowering_seconds > 0
     # the structural bounds are paid for only where they leave as much again for the search
-    bounds = tasks * STRUCTURAL_BOUNDS_SECONDS_PER_TASK
+    bounds = tasks * (STRUCTURAL_BOUNDS_SECONDS_PER_TASK
+                      + (EXPOSURE_BOUND_SECONDS_PER_TASK if tasks <= EXPOSURE_MAX_TASKS else 0))
     without = plan.fixed_seconds - (bounds if plan.structural_bounds else 0)
     assert plan.structural_bounds == (limit - without >= 2 * bounds)
     # by hand, from the constants' measured values: 36,000 tasks at 5 s leave 0.27 s after extraction and
