@@ -42,7 +42,8 @@ _FIRST_PASS = {"comm_priority": "comm_pass", "raise_comms": "comm_pass", "sink_w
 
 
 @gc_paused()  # the passes allocate a tuple or more per task: collections would walk the caller's heap (its FX graph)
-def run_heuristics(problem: Problem, memory_budget: int | float | None = None) -> dict[str, tuple[Schedule, SimResult]]:
+def run_heuristics(problem: Problem, memory_budget: int | float | None = None, *,
+                   original_simulation: SimResult | None = None) -> dict[str, tuple[Schedule, SimResult]]:
     """Every heuristic's schedule and its simulation, keyed by method name (in `METHOD_ORDER`).
 
     ``Schedule.method`` keeps what the heuristic reported (a fallback it took,
@@ -54,7 +55,8 @@ def run_heuristics(problem: Problem, memory_budget: int | float | None = None) -
 
     Under a work budget (`heuristics.work.work_budget`) the heuristics run in `PORTFOLIO` order and
     each only when the budget pays for its first pass; the original order is always judged. What is
-    skipped is recorded on the budget (``cut``).
+    skipped is recorded on the budget (``cut``). ``original_simulation``: the original order's
+    `simulate` when the caller has it (`optimize` simulated it for its baseline): not simulated again.
     """
     budget = budget_bytes(problem, memory_budget)
     out: dict[str, tuple[Schedule, SimResult]] = {}
@@ -66,7 +68,10 @@ def run_heuristics(problem: Problem, memory_budget: int | float | None = None) -
 
     by_name = {m.name: m for m in _SCHEDULERS}
     for name in _ORIGINAL:
-        judge(name, by_name[name].run(problem, memory_budget=budget))
+        if original_simulation is not None:
+            out[name] = (by_name[name].run(problem, memory_budget=budget), original_simulation)
+        else:
+            judge(name, by_name[name].run(problem, memory_budget=budget))
     portfolio = PORTFOLIO[min(problem.machine.compute_streams, 2)]
     for name in portfolio + tuple(m for m in _BASES if m not in portfolio):
         # its first pass, its own check of the result and our judging simulation, paid for together
@@ -90,7 +95,8 @@ def run_heuristics(problem: Problem, memory_budget: int | float | None = None) -
     return {name: out[name] for name in METHOD_ORDER if name in out}
 
 
-def best_heuristic(problem: Problem, memory_budget: int | float | None = None) -> Schedule:
+def best_heuristic(problem: Problem, memory_budget: int | float | None = None, *,
+                   original_simulation: SimResult | None = None) -> Schedule:
     """The best schedule any heuristic finds: lowest simulated makespan among
     those whose peak is within the budget, ties by lower peak, then by
     `METHOD_ORDER`. ``Schedule.method`` names the method ("original", "list",
@@ -102,7 +108,7 @@ def best_heuristic(problem: Problem, memory_budget: int | float | None = None) -
     caller may still hand to a solver.
     """
     budget = budget_bytes(problem, memory_budget)
-    results = run_heuristics(problem, budget)
+    results = run_heuristics(problem, budget, original_simulation=original_simulation)
     order = {name: i for i, name in enumerate(METHOD_ORDER)}
     valid = [(r.makespan, r.peak_memory, order[name], name) for name, (_, r) in results.items()
              if budget is None or r.peak_memory <= budget]

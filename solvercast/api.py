@@ -187,7 +187,7 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
     say(f"extracted {problem.num_tasks} tasks; baseline makespan {baseline.makespan / 1e3:.1f} us, "
         f"peak {baseline.peak_memory} B, budget {'none' if budget is None else f'{budget} B'}")
 
-    schedule, solver_info = _solve(problem, method, plan, deadline, deterministic, say, phase)
+    schedule, solver_info = _solve(problem, method, plan, deadline, deterministic, say, phase, baseline)
     if method != requested:
         solver_info["auto_choice"] = method
 
@@ -246,10 +246,11 @@ def _quiet(msg: str) -> None:
 
 
 def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deterministic: bool, say,
-           phase) -> tuple[Schedule, dict]:
+           phase, baseline: SimResult) -> tuple[Schedule, dict]:
     """The chosen method's schedule (always within budget) and what happened. The heuristics run under
-    the plan's work budget; the solver gets the plan's deterministic time, capped by the wall clock
-    left before ``deadline`` (less the predicted lowering)."""
+    the plan's work budget (``baseline``: the original order's simulation, which they need not repeat);
+    the solver gets the plan's deterministic time, capped by the wall clock left before ``deadline``
+    (less the predicted lowering)."""
     from solvercast.heuristics import best_heuristic
     from solvercast.heuristics.work import WorkBudget, work_budget
 
@@ -268,7 +269,7 @@ def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deter
     say("running heuristics")
     with work_budget(work):
         try:
-            hint = best_heuristic(problem, memory_budget=budget)
+            hint = best_heuristic(problem, memory_budget=budget, original_simulation=baseline)
             hint_error = None
         except InfeasibleBudgetError as e:
             hint, hint_error = None, e

@@ -29,7 +29,11 @@ class Schedule:
 
     def stream_list(self, problem: Problem) -> list[int]:
         """Stream of every task, defaults filled in."""
-        return [self.streams.get(t, problem.default_stream(t)) for t in range(problem.num_tasks)]
+        streams = list(problem.default_streams)
+        for t, s in self.streams.items():
+            if 0 <= t < len(streams):  # as before: a stream named for no task is ignored here
+                streams[t] = s
+        return streams
 
     def positions(self) -> dict[int, int]:
         return {t: i for i, t in enumerate(self.order)}

@@ -47,6 +47,21 @@ def test_no_budget_judges_only_the_original_order(problem):
         assert best_heuristic(problem).order == Schedule.original(problem).order
 
 
+def test_the_original_order_is_not_simulated_again(problem):
+    """Given the original order's simulation (optimize has it from its baseline), the portfolio uses it:
+    the same results, one simulation less counted."""
+    fresh, reused = WorkBudget(limit=None), WorkBudget(limit=None)
+    with work_budget(fresh):
+        expected = run_heuristics(problem)
+    baseline = simulate(problem, Schedule.original(problem))
+    with work_budget(reused):
+        results = run_heuristics(problem, original_simulation=baseline)
+    assert results["original"][1] is baseline and results["original"][1] == expected["original"][1]
+    assert {k: (s.order, s.streams) for k, (s, _) in results.items()} == \
+        {k: (s.order, s.streams) for k, (s, _) in expected.items()}
+    assert fresh.spent - reused.spent == pytest.approx(pass_cost(problem, "simulate"))
+
+
 @pytest.mark.parametrize("fraction", [0.1, 0.3, 0.6] + [0.30 + 0.005 * k for k in range(10)])
 def test_heuristics_stop_at_their_budget(problem, fraction):
     """Without a memory budget every heuristic is one pass plus its judging simulation, and each runs only
