@@ -20,9 +20,14 @@ from dataclasses import dataclass
 
 from solvercast.bounds import EXPOSURE_MAX_TASKS
 
-#: seconds per task of extraction and the baseline's simulation (quiet 2-core machine, 10,000 and 40,000 tasks:
-#: 7.3-7.4e-5, experiments/results/time_limit.md)
-EXTRACT_SECONDS_PER_TASK = 8.0e-5
+#: seconds per task of extraction and the baseline's simulation on a graph of few tasks; per task it grows
+#: with the graph (`graph_walk_seconds`): quiet 2-core machine, 8.3e-5 at 10,000 tasks, 1.17e-4 at 40,000
+#: (experiments/results/time_limit.md)
+EXTRACT_SECONDS_PER_TASK = 7.2e-5
+#: the graph size at which a Python walk over it costs twice per node what it costs on a small graph: its
+#: dictionaries and objects outgrow the caches (extraction's own lines run 4-9x slower for 4x the nodes from
+#: 10,000 to 40,000, each alone linear; fitted to the two figures above)
+GROWTH_TASKS = 64_000
 #: seconds per task of lowering and the report: one compute stream; several (cross-stream edges get
 #: anchor ops and events); measured 3.1-5.0e-5 and 7.2-8.8e-5 from 10,000 to 40,000 tasks
 LOWERING_SECONDS_PER_TASK = (5.0e-5, 9.0e-5)
@@ -33,9 +38,9 @@ STRUCTURAL_BOUNDS_SECONDS_PER_TASK = 5.0e-5
 EXPOSURE_BOUND_SECONDS_PER_TASK = 2.5e-4
 #: seconds every call costs whatever its size (imports on first use, the report)
 FIXED_SECONDS = 0.05
-#: seconds per graph node of handing back the original order (a copy of the graph, anchors stripped):
-#: 2.0-2.3e-5 at 10,000 and 40,000 nodes
-KEEP_ORIGINAL_SECONDS_PER_NODE = 2.5e-5
+#: seconds per graph node of handing back the original order (a copy of the graph, anchors stripped) on a
+#: graph of few nodes, growing as extraction does: 2.0-3.5e-5 at 10,000 nodes, 2.4-5.2e-5 at 36,000-40,000
+KEEP_ORIGINAL_SECONDS_PER_NODE = 2.2e-5
 #: share of the time left after the fixed costs that the heuristics may spend when a solver follows
 HEURISTIC_SHARE = 0.4
 #: reference microseconds of heuristic work (`heuristics.work.PASS_COST_US`) bought by one second: the
@@ -77,10 +82,16 @@ class TimePlan:
         return seconds if seconds >= least else 0.0
 
 
+def graph_walk_seconds(per_node: float, num_nodes: int) -> float:
+    """Seconds of a Python walk over a graph that costs ``per_node`` a node on a small graph: the cost per
+    node grows with the graph (`GROWTH_TASKS`)."""
+    return per_node * num_nodes * (1 + num_nodes / GROWTH_TASKS)
+
+
 def plan_time(time_limit: float, num_tasks: int, compute_streams: int, solver_follows: bool) -> TimePlan:
     """Share ``time_limit`` among the phases of one `optimize` call (see the module doc)."""
     lowering = FIXED_SECONDS + num_tasks * LOWERING_SECONDS_PER_TASK[compute_streams > 1]
-    fixed = lowering + num_tasks * EXTRACT_SECONDS_PER_TASK
+    fixed = lowering + graph_walk_seconds(EXTRACT_SECONDS_PER_TASK, num_tasks)
     bounds = num_tasks * STRUCTURAL_BOUNDS_SECONDS_PER_TASK
     if num_tasks <= EXPOSURE_MAX_TASKS:
         bounds += num_tasks * EXPOSURE_BOUND_SECONDS_PER_TASK
@@ -96,7 +107,7 @@ def plan_time(time_limit: float, num_tasks: int, compute_streams: int, solver_fo
 def analysis_seconds(num_nodes: int) -> float:
     """Predicted seconds of the least an analysed call does: read the graph (extraction and the baseline's
     simulation) and hand back a copy of it in its original order."""
-    return FIXED_SECONDS + num_nodes * (EXTRACT_SECONDS_PER_TASK + KEEP_ORIGINAL_SECONDS_PER_NODE)
+    return FIXED_SECONDS + graph_walk_seconds(EXTRACT_SECONDS_PER_TASK + KEEP_ORIGINAL_SECONDS_PER_NODE, num_nodes)
 
 
 def can_analyse(time_limit: float, num_nodes: int) -> bool:
