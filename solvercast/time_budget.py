@@ -21,9 +21,11 @@ from dataclasses import dataclass
 from solvercast.bounds import EXPOSURE_MAX_TASKS
 
 #: seconds per task of extraction and the baseline's simulation on a graph of few tasks; per task it grows
-#: with the graph (`graph_walk_seconds`): quiet 2-core machine, 8.3e-5 at 10,000 tasks, 1.17e-4 at 40,000
-#: (experiments/results/time_limit.md)
-EXTRACT_SECONDS_PER_TASK = 7.2e-5
+#: with the graph (`graph_walk_seconds`). A fresh process on the quiet 2-core machine: 8.3e-5 at 10,000 tasks,
+#: 1.17e-4 at 40,000; a process that has run other calls first (the time_limit experiment's, a user's
+#: training script) is slower: 0.9-1.5 s at 10,000 tasks with one compute stream, 1.2-1.8 s with two (whose
+#: baseline simulates memory over time). Set for the slow end (experiments/results/time_limit.md)
+EXTRACT_SECONDS_PER_TASK = 1.0e-4
 #: the graph size at which a Python walk over it costs twice per node what it costs on a small graph: its
 #: dictionaries and objects outgrow the caches (extraction's own lines run 4-9x slower for 4x the nodes from
 #: 10,000 to 40,000, each alone linear; fitted to the two figures above)

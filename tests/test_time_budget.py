@@ -114,7 +114,7 @@ def test_plan_shares_what_the_fixed_costs_leave(limit, tasks, streams, solver):
     without = plan.fixed_seconds - (bounds if plan.structural_bounds else 0)
     assert plan.structural_bounds == (limit - without >= 2 * bounds)
     # by hand, from the constants' measured values: 36,000 tasks at 5 s leave nothing after extraction
-    # (7.2e-5 s per task x (1 + 36,000 / 64,000): 4.05 s) and lowering (5e-5 s per task: 1.85 s), less than
+    # (1e-4 s per task x (1 + 36,000 / 64,000): 5.6 s) and lowering (5e-5 s per task: 1.85 s), less than
     # twice the bounds' 1.8 s; 300 tasks at 10 s leave 9.8 s
     if (limit, tasks) in ((5, 36000), (10, 300)):
         assert plan.structural_bounds == (tasks == 300)
