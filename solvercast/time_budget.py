@@ -28,7 +28,7 @@ from solvercast.bounds import EXPOSURE_MAX_TASKS
 EXTRACT_SECONDS_PER_TASK = 1.0e-4
 #: the graph size at which a Python walk over it costs twice per node what it costs on a small graph: its
 #: dictionaries and objects outgrow the caches (extraction's own lines run 4-9x slower for 4x the nodes from
-#: 10,000 to 40,000, each alone linear; fitted to the two figures above)
+#: 10,000 to 40,000, each alone linear; fitted to the fresh-process figures above)
 GROWTH_TASKS = 64_000
 #: seconds per task of lowering and the report: one compute stream; several (cross-stream edges get
 #: anchor ops and events); measured 3.1-5.0e-5 and 7.2-8.8e-5 from 10,000 to 40,000 tasks
