@@ -27,7 +27,7 @@ from solvercast.bounds import EXPOSURE_MAX_TASKS
 #: baseline simulates memory over time). Set for the slow end (experiments/results/time_limit.md)
 EXTRACT_SECONDS_PER_TASK = 1.0e-4
 #: the graph size at which a Python walk over it costs twice per node what it costs on a small graph: its
-#: dictionaries and objects outgrow the caches (extraction's own lines run 4-9x slower for 4x the nodes from
+#: dictionaries and objects outgrow the caches (most of extraction's lines run 4-9x slower for 4x the nodes from
 #: 10,000 to 40,000, each alone linear; fitted to the fresh-process figures above)
 GROWTH_TASKS = 64_000
 #: seconds per task of lowering and the report: one compute stream; several (cross-stream edges get
