@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+from solvercast.engine import per_problem
 from solvercast.problem import Problem, Role
 
 
@@ -81,7 +82,12 @@ def latest_starts(problem: Problem, horizon: int) -> list[int]:
 def lower_bounds(problem: Problem, structural: bool = True) -> Bounds:
     """Bounds that hold for every valid schedule of ``problem``. ``structural=False`` leaves out the
     sequencing, window and exposure bounds (None): they cost seconds at tens of thousands of tasks, and `optimize`
-    skips them when its time plan has nothing left after the fixed costs."""
+    skips them when its time plan has nothing left after the fixed costs. Computed once per problem (the
+    report, CP-SAT's cut and its polish each ask)."""
+    return per_problem(problem, f"lower bounds, structural {structural}", lambda p: _lower_bounds(p, structural))
+
+
+def _lower_bounds(problem: Problem, structural: bool) -> Bounds:
     machine = problem.machine
     est = earliest_starts(problem)
     critical = max((est[t] + task.duration for t, task in enumerate(problem.tasks)), default=0)
