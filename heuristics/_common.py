@@ -76,10 +76,7 @@ def compute_work(problem: Problem, schedule: Schedule) -> list[int]:
     """Time each task keeps its compute stream busy under ``schedule`` (0 on a comm stream, views, waits)."""
     durations = per_problem(problem, "stream work", lambda p: np.array(
         [task.duration if task.role != Role.FREE else 0 for task in p.tasks], dtype=np.int64))
-    streams = np.array(problem.default_streams, dtype=np.int64)
-    if schedule.streams:
-        streams[np.fromiter(schedule.streams.keys(), dtype=np.int64, count=len(schedule.streams))] = np.fromiter(
-            schedule.streams.values(), dtype=np.int64, count=len(schedule.streams))
+    streams = np.array(schedule.stream_list(problem), dtype=np.int64)
     on_compute = (streams >= 0) & (streams < problem.machine.compute_streams)
     return np.where(on_compute, durations, 0).tolist()
 
