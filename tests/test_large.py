@@ -64,7 +64,8 @@ def test_auto_uses_windowed_search_past_the_monolithic_size(monkeypatch):
 @pytest.mark.parametrize("seed", range(6))
 def test_a_window_model_keeps_the_past_and_the_future_and_never_loses(seed, streams):
     """Only positions lo:hi are modelled: the tasks before keep their positions, the tasks after keep
-    their order at the end, and the result is valid and no worse (makespan, then the sum of starts)."""
+    their order at the end, and the result is valid and no worse (makespan, then how early the shifted
+    tasks start)."""
     from solvercast.solvers.cpsat import solve_cpsat
 
     p = random_problem(seed, 40, compute_streams=streams, sync_overhead=3, comm_fraction=0.25)
@@ -78,9 +79,13 @@ def test_a_window_model_keeps_the_past_and_the_future_and_never_loses(seed, stre
     assert res.schedule.order[:lo] == hint.order[:lo]
     assert res.schedule.order[hi:] == hint.order[hi:]
     assert set(res.schedule.order[lo:hi]) == set(hint.order[lo:hi])
-    assert (after.makespan, sum(after.start)) <= (before.makespan, sum(before.start))
+    # what a window lowers after the makespan: the collectives' starts and launches with one compute
+    # stream, every start with several (written out here, not read from the solver)
+    shifted = p.comm_tasks if streams == 1 else [t for t, task in enumerate(p.tasks) if task.role != Role.FREE]
+    key = lambda sim: (sim.makespan, sum(sim.start[t] for t in shifted) + sum(sim.launch.values()))  # noqa: E731
+    assert key(after) <= key(before)
     if res.status != SolveStatus.HINT_KEPT:
-        assert (after.makespan, sum(after.start)) < (before.makespan, sum(before.start))
+        assert key(after) < key(before)
 
 
 def test_left_shift_puts_the_makespan_first():
@@ -102,3 +107,26 @@ def test_reduced_models_report_no_bound():
     budget = simulate(p, Schedule.original(p)).peak_memory
     placed = solve_placement(p, best_heuristic(p, budget), time_limit=2, memory_budget=budget)
     assert placed.bound is None and placed.status != SolveStatus.OPTIMAL
+
+
+def test_windows_launch_collectives_sooner_and_reach_the_optimum():
+    """fsdp_layers 2 layers under a budget of 1.0 x the traced order's peak: the heuristic leaves the
+    compute stream idle while the gradient reduce-scatters run; the optimum, which is the lower bound,
+    issues compute that feeds no collective after the reduce-scatters' launches instead. Windows that pull
+    every start earlier keep that compute ahead (134.0 us where the bound is 129.9); windows that pull the
+    collectives earlier reach the bound (deterministic limits, a deadline far enough not to end any)."""
+    import time
+
+    from solvercast import extract_problem, lower_bounds
+    from solvercast.models import build
+
+    p = extract_problem(build("fsdp_layers", layers=2))
+    budget = simulate(p, Schedule.original(p)).peak_memory
+    p = p.with_budget(budget)
+    hint = best_heuristic(p, budget)
+    bound = lower_bounds(p).makespan
+    assert simulate(p, hint).makespan > bound
+    res = solve_windows(p, hint, time_limit=5, memory_budget=budget, window=40, per_window=0.5,
+                        deadline=time.perf_counter() + 300)
+    assert not res.stats["stopped_by_wall_clock"]
+    assert validate(p, res.schedule, memory_budget=budget).makespan == bound

@@ -190,7 +190,7 @@ def solve_cpsat(
     if first.makespan <= max(first.bound or 0, lower_bounds(problem).makespan):
         return first  # at a bound already (a scaled model proves nothing of the problem: synthetic 300 tasks)
     left = time_limit - seconds_spent(first, True)
-    ends = started + time_limit if deadline is None else min(deadline, started + time_limit)
+    ends = started + time_limit if deadline is None else deadline  # the windows' wall cap (see solve_model)
     polished = solve_windows(problem, first.schedule, left, memory_budget, window=POLISH_WINDOW,
                              per_window=POLISH_SECONDS_PER_WINDOW, deterministic=True, progress=progress,
                              deadline=ends)
@@ -240,7 +240,9 @@ def solve_model(
     starts then counts as an improvement.
     ``deadline``: a `time.perf_counter` reading by which the call must
     return (`optimize`'s whole-call limit), a wall-clock cap that leaves the
-    deterministic limit as it is.
+    deterministic limit as it is; with ``deterministic`` the only one (a
+    search slower than planned still reaches its deterministic limit while
+    the deadline allows).
 
     Returns the better of the solver's schedule and the hint, judged by
     `simulate`; the status says which. Raises `InfeasibleBudgetError` when the
@@ -304,15 +306,18 @@ def solve_model(
         params.num_workers = workers
         units = time_limit * search_rate(model_kind(model), len(model.m.Proto().constraints))  # probing caps
     # The deterministic limit, which gives the same answer on every rank, normally ends the search
-    # (`deterministic_limit`); the wall clock caps the whole call at time_limit, or at the caller's
-    # deadline: what building the model took is left out of the solver's share, and the cap leaves room for
+    # (`deterministic_limit`); the wall clock caps the call at time_limit, or, given the caller's deadline,
+    # a deterministic search at that deadline only: on a machine slower than the predicted rate it then
+    # still reaches its deterministic limit (the same answer on every rank) unless the deadline comes
+    # first. What building the model took is left out of the solver's share, and the cap leaves room for
     # what follows the solve (validating the final solution and the kept ones)
     keep = not model.single_stream and budget is not None
     judged = 2 + (solutions_judged(problem.num_tasks) if keep else 0)
     after_solve = judged * problem.num_tasks * VALIDATE_SECONDS_PER_TASK
     wall_cap = max(0.01, time_limit - (time.perf_counter() - t0) - after_solve)
     if deadline is not None:
-        wall_cap = max(0.01, min(wall_cap, deadline - time.perf_counter() - after_solve))
+        until_deadline = deadline - time.perf_counter() - after_solve
+        wall_cap = max(0.01, until_deadline if deterministic else min(wall_cap, until_deadline))
     params.max_time_in_seconds = wall_cap
     # repair_hint helped at ~1k tasks in the prototype, but OR-Tools 9.15 sometimes aborts the whole
     # process with it ("Check failed: heuristics.fixed_search != nullptr", seen with and without
@@ -376,6 +381,6 @@ def solve_model(
         status = cp_model.FEASIBLE  # an earlier solution: no longer the proven optimum
         stats["earlier_solution"] = f"the final one: {errors[0]}" if 0 in errors else "the final one simulated slower"
     proven = status == cp_model.OPTIMAL and exact
-    return outcome.better_of(schedule, sim, proven=proven, hint_proven=proven, objective=objective, bound=bound,
+    return outcome.better_of(problem, schedule, sim, proven=proven, hint_proven=proven, objective=objective, bound=bound,
                              left_shift=left_shift, proved_hint="CP-SAT proved the warm start optimal",
                              kept_hint="CP-SAT found nothing better than the warm start")

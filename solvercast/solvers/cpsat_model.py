@@ -56,7 +56,7 @@ from solvercast.bounds import earliest_starts, latest_starts
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 from solvercast.simulate import SimResult
-from solvercast.solvers.common import start_time_keys, topological_by_key
+from solvercast.solvers.common import shifted_tasks, start_time_keys, topological_by_key
 from solvercast.solvers.scope import Scope
 
 OCCUPANCY_SCALE = 1000
@@ -548,11 +548,13 @@ class CpsatModel:
         if not left_shift:
             self.m.Minimize(self.makespan)
             return
-        # makespan first, then every start (launch points included) as early as possible: a window that
-        # fills an idle gap but does not move the makespan yet is still progress for the next window
-        starts = [self.start[t] for t in self.timed] + list(self.launch_vars.values())
+        # makespan first, then the shifted tasks' starts and the launch points as early as possible
+        # (`shifted_tasks`: with one compute stream the collectives): a window that launches a collective
+        # sooner but does not move the makespan yet is still progress for the next window
+        shifted = set(shifted_tasks(self.p))
+        starts = [self.start[t] for t in self.timed if t in shifted] + list(self.launch_vars.values())
         # weighted so that one unit of makespan outweighs any change in the starts (each within the horizon)
-        self.m.Minimize(len(starts) * (self.horizon + 1) * self.makespan + sum(starts))
+        self.m.Minimize(max(1, len(starts)) * (self.horizon + 1) * self.makespan + sum(starts))
 
     def add_hint(self, schedule: Schedule, sim: SimResult) -> None:
         """A complete hint: every variable gets the value the schedule implies."""

@@ -593,7 +593,7 @@ def solve_milp(
     proven = proven and best_sim.makespan <= objective
     message = "" if proven or kind != "optimal" else \
         "the solver's optimum re-simulated later than its objective (model scaled or approximate)"
-    return outcome.better_of(best, best_sim, proven=proven, hint_proven=proven and hint_sim is not None
+    return outcome.better_of(problem, best, best_sim, proven=proven, hint_proven=proven and hint_sim is not None
                              and hint_sim.makespan <= objective, objective=objective, bound=bound,
                              proved_hint="the MILP proved the warm start optimal",
                              kept_hint="the MILP found nothing better than the warm start; kept it", message=message)

@@ -10,6 +10,7 @@ from solvercast.errors import InvalidScheduleError
 from solvercast.problem import Problem
 from solvercast.schedule import Schedule
 from solvercast.simulate import SimResult, validate
+from solvercast.solvers.common import shifted_tasks
 
 
 class SolveStatus(str, Enum):
@@ -37,9 +38,13 @@ class SolveResult:
         return None if self.simulated is None else self.simulated.makespan
 
 
-def potential(sim: SimResult, left_shift: bool = False) -> tuple[int, ...]:
-    """What a solution must lower to replace the hint: the makespan, then (left_shift) the sum of starts."""
-    return (sim.makespan, sum(sim.start)) if left_shift else (sim.makespan,)
+def potential(problem: Problem, sim: SimResult, left_shift: bool = False) -> tuple[int, ...]:
+    """What a solution must lower to replace the hint: the makespan, then (left_shift) the sum of the
+    starts of the tasks a window shifts (`shifted_tasks`) and of the launch points: what the window model
+    minimizes after its makespan."""
+    if not left_shift:
+        return (sim.makespan,)
+    return (sim.makespan, sum(sim.start[t] for t in shifted_tasks(problem)) + sum(sim.launch.values()))
 
 
 def best_valid(problem: Problem, candidates: list[Schedule], budget: int | None, left_shift: bool = False,
@@ -55,7 +60,7 @@ def best_valid(problem: Problem, candidates: list[Schedule], budget: int | None,
         except InvalidScheduleError as e:  # the model and the simulator disagree on this one
             errors[i] = e
             continue
-        if best_sim is None or potential(sim, left_shift) < potential(best_sim, left_shift):
+        if best_sim is None or potential(problem, sim, left_shift) < potential(problem, best_sim, left_shift):
             best, best_sim = candidate, sim
     return best, best_sim, errors
 
@@ -83,13 +88,14 @@ class Outcome:
         return self._hint(SolveStatus.HINT_KEPT, objective, bound,
                           f"{whose} schedule failed validation ({error}); kept the warm start")
 
-    def better_of(self, schedule: Schedule, sim: SimResult, *, proven: bool, hint_proven: bool,
+    def better_of(self, problem: Problem, schedule: Schedule, sim: SimResult, *, proven: bool, hint_proven: bool,
                   objective: int | None, bound: int | None, left_shift: bool = False,
                   proved_hint: str, kept_hint: str, message: str = "") -> SolveResult:
         """The solver's ``schedule`` if its `potential` is below the hint's (OPTIMAL when ``proven``, else
         FEASIBLE, with ``message``), else the hint: OPTIMAL with ``proved_hint`` when ``hint_proven``,
         HINT_KEPT with ``kept_hint`` otherwise."""
-        if self.hint_sim is not None and potential(sim, left_shift) >= potential(self.hint_sim, left_shift):
+        if self.hint_sim is not None and (potential(problem, sim, left_shift)
+                                          >= potential(problem, self.hint_sim, left_shift)):
             if hint_proven:
                 return self._hint(SolveStatus.OPTIMAL, objective, bound, proved_hint)
             return self._hint(SolveStatus.HINT_KEPT, objective, bound, kept_hint)
