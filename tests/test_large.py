@@ -127,6 +127,9 @@ def test_windows_launch_collectives_sooner_and_reach_the_optimum():
     bound = lower_bounds(p).makespan
     assert simulate(p, hint).makespan > bound
     res = solve_windows(p, hint, time_limit=5, memory_budget=budget, window=40, per_window=0.5,
-                        deadline=time.perf_counter() + 300)
+                        deadline=time.perf_counter() + 300, bound=bound)
     assert not res.stats["stopped_by_wall_clock"]
     assert validate(p, res.schedule, memory_budget=budget).makespan == bound
+    # at the bound nothing is shorter: no window is tried from there
+    again = solve_windows(p, res.schedule, time_limit=5, memory_budget=budget, window=40, per_window=0.5, bound=bound)
+    assert again.stats["windows_tried"] == 0 and again.schedule is res.schedule

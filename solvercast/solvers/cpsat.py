@@ -187,13 +187,14 @@ def solve_cpsat(
                         deadline=deadline, progress=progress, **options)
     if first.status not in (SolveStatus.FEASIBLE, SolveStatus.HINT_KEPT):
         return first  # proven (optimal, infeasible) or nothing found
-    if first.makespan <= max(first.bound or 0, lower_bounds(problem).makespan):
+    bound = max(first.bound or 0, lower_bounds(problem).makespan)
+    if first.makespan <= bound:
         return first  # at a bound already (a scaled model proves nothing of the problem: synthetic 300 tasks)
     left = time_limit - seconds_spent(first, True)
     ends = started + time_limit if deadline is None else deadline  # the windows' wall cap (see solve_model)
     polished = solve_windows(problem, first.schedule, left, memory_budget, window=POLISH_WINDOW,
                              per_window=POLISH_SECONDS_PER_WINDOW, deterministic=True, progress=progress,
-                             deadline=ends)
+                             deadline=ends, bound=bound)
     stats = dict(first.stats, polish={k: polished.stats.get(k) for k in ("windows_tried", "windows_improved")},
                  stopped_by_wall_clock=bool(first.stats.get("stopped_by_wall_clock")
                                             or polished.stats.get("stopped_by_wall_clock")))
@@ -201,8 +202,11 @@ def solve_cpsat(
     if polished.status == SolveStatus.HINT_KEPT:  # the windows kept the model's schedule
         return dataclasses.replace(first, stats=stats, wall_time=wall)
     schedule = dataclasses.replace(polished.schedule, method="cpsat")
-    return SolveResult(schedule, SolveStatus.FEASIBLE, polished.simulated, None, first.bound, wall,
-                       first.solver_status, f"{first.message + '; ' if first.message else ''}{polished.message}", stats)
+    at_bound = polished.makespan <= bound  # optimal: no schedule is shorter than a lower bound
+    message = "; ".join(m for m in (first.message, polished.message,
+                                    "the windows reached a lower bound: optimal" if at_bound else "") if m)
+    return SolveResult(schedule, SolveStatus.OPTIMAL if at_bound else SolveStatus.FEASIBLE, polished.simulated,
+                       None, first.bound, wall, first.solver_status, message, stats)
 
 
 def solve_model(
@@ -236,8 +240,9 @@ def solve_model(
     ``window``: (lo, hi) positions of the hint's order; only those tasks are
     modelled (see solvers/scope.py).
     ``left_shift``: keep the hint's makespan as a cap and minimize it, then
-    the sum of start times; a schedule with the same makespan and earlier
-    starts then counts as an improvement.
+    the sum of the starts of `common.shifted_tasks` and of the launch points;
+    a schedule with the same makespan and those earlier then counts as an
+    improvement.
     ``deadline``: a `time.perf_counter` reading by which the call must
     return (`optimize`'s whole-call limit), a wall-clock cap that leaves the
     deterministic limit as it is; with ``deterministic`` the only one (a

@@ -13,8 +13,10 @@ warm-started from the incumbent and accepting only improvements judged by
   `Scope` (solvers/scope.py): what comes
   before it is constant, what comes after it is left out, so each model has a
   few hundred tasks whatever the graph's size. The window minimizes its own
-  span, then its start times (``left_shift``), and a window is kept when the
-  whole schedule's makespan is no worse and its starts are earlier: progress
+  span, then the start times of its collectives and their launch points
+  (``left_shift``, `common.shifted_tasks`; every start with several compute
+  streams), and a window is kept when the whole schedule's makespan is no worse
+  and those start earlier: progress
   that the next windows build on. Windows are centred on the places where the
   default stream sits idle (the only places a reorder can shorten a
   one-stream schedule), largest idle first, then slide over the rest.
@@ -29,7 +31,7 @@ from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 from solvercast.simulate import SimResult, simulate
 from solvercast.solvers.cpsat import solve_cpsat
-from solvercast.solvers.result import SolveResult, SolveStatus
+from solvercast.solvers.result import SolveResult, SolveStatus, potential
 
 
 def solve_placement(problem: Problem, hint: Schedule, time_limit: float, memory_budget: int | None = None,
@@ -71,8 +73,13 @@ def solve_placement_then_windows(problem: Problem, hint: Schedule, time_limit: f
                        f"placement: {placed.message or placed.status.value}; {windows.message}", windows.stats)
 
 
-#: planned seconds per window for building its model and checking its answer (not deterministic time)
-WINDOW_OVERHEAD_SECONDS = 0.2
+#: planned seconds per window for building its model, CP-SAT's presolve and checking its answer (not
+#: deterministic time): measured 0.09-0.11 s for 40-task windows of fsdp_layers 2 and fsdp_tp 2 layers on the
+#: loaded 2-core machine (building 0.01 s), 2026-11-23; it was 0.2, at which the polish after a whole-graph
+#: model (2 s) tried 7 windows of fsdp_layers 2 layers and stopped at 131.9 us, where 14 reach its bound, 129.9
+WINDOW_OVERHEAD_SECONDS = 0.1
+#: a window is started only with this many planned seconds of search left for it
+MIN_WINDOW_SECONDS = 0.25
 
 
 def seconds_spent(res: SolveResult, deterministic: bool) -> float:
@@ -113,8 +120,9 @@ def window_starts(problem: Problem, schedule: Schedule, sim: SimResult, size: in
 def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_budget: int | None = None, *,
                   window: int = 200, per_window: float = 4.0, deterministic: bool = True,
                   progress: Callable[[str], None] | None = None,
-                  deadline: float | None = None) -> SolveResult:
-    """Large-neighbourhood search over windows of ``window`` tasks until ``time_limit``.
+                  deadline: float | None = None, bound: int = 0) -> SolveResult:
+    """Large-neighbourhood search over windows of ``window`` tasks until ``time_limit``, or until the
+    makespan reaches ``bound`` (a lower bound: nothing shorter exists).
 
     Returns the best schedule found (the hint if nothing improved, with
     HINT_KEPT); ``stats`` records windows tried and improved.
@@ -132,8 +140,8 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
     # slower than planned still end by their deterministic limits: see `solve_model`)
     deadline = started + time_limit if deadline is None else deadline
     stopped_by_wall = False
-    while queue:
-        if left - WINDOW_OVERHEAD_SECONDS < 0.5:
+    while queue and best_sim.makespan > bound:
+        if left - WINDOW_OVERHEAD_SECONDS < MIN_WINDOW_SECONDS:
             break
         if deadline - time.perf_counter() < 0.5:
             stopped_by_wall = deterministic
@@ -148,7 +156,8 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
         if res.status != SolveStatus.HINT_KEPT:  # lower makespan, or the same with earlier starts
             best, best_sim = res.schedule, res.simulated
             improved += 1
-            say(f"  window at {lo}: makespan {best_sim.makespan / 1e3:.1f} us, starts {sum(best_sim.start)}")
+            say(f"  window at {lo}: makespan {best_sim.makespan / 1e3:.1f} us, "
+                f"shifted starts {potential(problem, best_sim, True)[1]}")
             queue = window_starts(problem, best, best_sim, window)  # the idle points moved
     wall = time.perf_counter() - started
     stats = {"windows_tried": tried, "windows_improved": improved, "window": window,
