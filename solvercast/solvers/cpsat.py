@@ -173,9 +173,9 @@ def solve_cpsat(
 
     The model gets WHOLE_MODEL_SHARE of ``time_limit``; a proof, a makespan at a lower bound, or the lack of
     a solution ends the call there; otherwise windows of POLISH_WINDOW tasks around the idle points take the
-    rest (counted in deterministic time, so every run gives the same schedule) and the better schedule is
-    returned, FEASIBLE when the windows improved it, with the model's bound; ``stats["polish"]`` says what
-    the windows did. Other options and what the call returns: `solve_model`."""
+    rest (counted in deterministic time, so every run gives the same schedule; they stop at a lower bound)
+    and the better schedule is returned, FEASIBLE when the windows improved it (OPTIMAL when they reached a
+    lower bound), with the model's bound; ``stats["polish"]`` says what the windows did. Other options and what the call returns: `solve_model`."""
     whole = (options.get("window") is None and not options.get("fixed_order") and not options.get("left_shift"))
     if not (polish and deterministic and whole and problem.machine.compute_streams == 1):
         return solve_model(problem, time_limit, memory_budget, hint, deterministic=deterministic, deadline=deadline,
