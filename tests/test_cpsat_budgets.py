@@ -143,6 +143,10 @@ def test_the_deterministic_limit_follows_the_model_not_the_clock(zoo_graph):
     assert cpsat.search_rate("streams", 1_000) == cpsat.search_rate("streams", 10_000)
     # a model too large for the seconds given still gets a (tiny) positive limit: its hint stands
     assert cpsat.deterministic_limit(1e-3, one) == 1e-3
+    # and the seconds a number of units is planned to take is its inverse
+    for model in (one, two):
+        for units in (0.5, 3.0):
+            assert cpsat.deterministic_limit(cpsat.planned_seconds(units, model), model) == pytest.approx(units)
 
 
 def test_windows_polish_what_the_model_left(zoo_graph, monkeypatch):
@@ -160,6 +164,22 @@ def test_windows_polish_what_the_model_left(zoo_graph, monkeypatch):
     assert polished.stats["polish"]["windows_tried"] >= 1
     assert polished.makespan <= alone.makespan and polished.bound == alone.bound
     validate(p, polished.schedule)
+
+
+def test_the_whole_model_stops_at_its_units_and_leaves_the_rest_to_the_windows(zoo_graph, monkeypatch):
+    """Past WHOLE_MODEL_UNITS the model stops even if its share of the seconds pays for more, and counts
+    only the seconds those units were planned to take: the windows get the rest."""
+    from solvercast import extract_problem
+    from solvercast.solvers import cpsat
+
+    monkeypatch.setattr(cpsat, "WHOLE_MODEL_UNITS", 0.05)
+    p = at_original_peak(extract_problem(zoo_graph("fsdp_layers", layers=2)))
+    hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
+    res = solve_cpsat(p, time_limit=4, hint=hint)
+    assert res.stats["deterministic_limit"] == 0.05 <= res.stats["deterministic_time"]
+    assert res.stats["seconds_given"] < 4 * cpsat.WHOLE_MODEL_SHARE
+    assert res.stats["polish"]["windows_tried"] >= 1
+    validate(p, res.schedule)
 
 
 def test_a_proof_ends_the_solve_before_the_windows():

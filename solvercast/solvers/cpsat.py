@@ -81,6 +81,13 @@ def deterministic_limit(seconds: float, model: CpsatModel) -> float:
     return max(1e-3, search_rate(model_kind(model), constraints) * search * LIMIT_SHARE)
 
 
+def planned_seconds(units: float, model: CpsatModel) -> float:
+    """The seconds whose `deterministic_limit` for ``model`` is ``units`` (its inverse)."""
+    constraints = len(model.m.Proto().constraints)
+    rate = search_rate(model_kind(model), constraints) * LIMIT_SHARE
+    return OVERHEAD_SECONDS_PER_CONSTRAINT * constraints + units / rate
+
+
 #: with several streams, how many of the newest solutions CP-SAT reported are simulated to pick the best
 KEPT_SOLUTIONS_JUDGED = 32
 #: ... and at most this many task simulations in all (validate: ~1e-5 s per task, so 32 solutions of 3,000
@@ -148,6 +155,13 @@ class _Solutions(cp_model.CpSolverSolutionCallback):
 #: paid for the exposure bound, 0.75 of what it left the solver (9.6 s) no longer proved 242.6 in the README's
 #: run (242.7, gap 0.03%); with 0.8 it proves it in 6.8 s, and fsdp_tp keeps 332.4
 WHOLE_MODEL_SHARE = 0.8
+#: ... and at most this many deterministic units: where the whole model proves an optimum it does so early
+#: (the longest measured, fsdp_layers 4 layers under budget 1.0: 4.55 units; fsdp_tp 2 layers without a budget
+#: 4.18), and where it does not, its last improvement comes early too (2026-11-23, one worker: fsdp_tp 2
+#: layers 344.0 us at 1.6 s, nothing better in 25.8 units; simple_fsdp 2 layers 282.3 at 1.0 s, nothing in
+#: 26.7), while windows keep improving (fsdp_tp: 323.2 us in 10 s of windows alone, 298.7 in 30 s). Past
+#: this the time goes to the windows; a 10 s solve gives its model 4-7 units
+WHOLE_MODEL_UNITS = 6.0
 #: windows of the polish: tasks per window and planned seconds per window (fsdp_tp after 0.75 of the time on
 #: the model: 25 tasks 333.6 us, 40: 332.4, 80: 343.1; from the heuristic alone in 10 s, 40 / 0.5 s: 323.2,
 #: 80 / 1.0: 333.8, 120 / 2.0: 330.8)
@@ -171,11 +185,12 @@ def solve_cpsat(
     with ``polish`` (a deterministic solve of the whole graph on one compute stream), windowed search
     (`large.solve_windows`) from what the model found when it ended without a proof.
 
-    The model gets WHOLE_MODEL_SHARE of ``time_limit``; a proof, a makespan at a lower bound, or the lack of
-    a solution ends the call there; otherwise windows of POLISH_WINDOW tasks around the idle points take the
-    rest (counted in deterministic time, so every run gives the same schedule; they stop at a lower bound)
-    and the better schedule is returned, FEASIBLE when the windows improved it (OPTIMAL when they reached a
-    lower bound), with the model's bound; ``stats["polish"]`` says what the windows did. Other options and what the call returns: `solve_model`."""
+    The model gets WHOLE_MODEL_SHARE of ``time_limit`` (at most WHOLE_MODEL_UNITS); a proof, a makespan at
+    a lower bound, or the lack of a solution ends the call there; otherwise windows of POLISH_WINDOW tasks
+    around the idle points take the rest (counted in deterministic time, so every run gives the same
+    schedule; they stop at a lower bound) and the better schedule is returned, FEASIBLE when the windows
+    improved it (OPTIMAL when they reached a lower bound), with the model's bound; ``stats["polish"]`` says
+    what the windows did. Other options and what the call returns: `solve_model`."""
     whole = (options.get("window") is None and not options.get("fixed_order") and not options.get("left_shift"))
     if not (polish and deterministic and whole and problem.machine.compute_streams == 1):
         return solve_model(problem, time_limit, memory_budget, hint, deterministic=deterministic, deadline=deadline,
@@ -184,7 +199,7 @@ def solve_cpsat(
 
     started = time.perf_counter()
     first = solve_model(problem, time_limit * WHOLE_MODEL_SHARE, memory_budget, hint, deterministic=True,
-                        deadline=deadline, progress=progress, **options)
+                        deadline=deadline, progress=progress, max_units=WHOLE_MODEL_UNITS, **options)
     if first.status not in (SolveStatus.FEASIBLE, SolveStatus.HINT_KEPT):
         return first  # proven (optimal, infeasible) or nothing found
     bound = max(first.bound or 0, lower_bounds(problem).makespan)
@@ -226,6 +241,7 @@ def solve_model(
     left_shift: bool = False,
     repair_hint: bool = False,
     deadline: float | None = None,
+    max_units: float | None = None,
 ) -> SolveResult:
     """Solve ``problem`` with one CP-SAT model, warm-started from ``hint``.
 
@@ -248,12 +264,16 @@ def solve_model(
     deterministic limit as it is; with ``deterministic`` the only one (a
     search slower than planned still reaches its deterministic limit while
     the deadline allows).
+    ``max_units``: a deterministic search stops at this many units even if
+    ``time_limit`` pays for more (``stats["seconds_given"]`` then counts the
+    seconds those units were planned to take).
 
     Returns the better of the solver's schedule and the hint, judged by
     `simulate`; the status says which. Raises `InfeasibleBudgetError` when the
     solver proves no schedule fits the budget.
     """
     t0 = time.perf_counter()
+    seconds_given = time_limit  # what `large.seconds_spent` counts this solve's time in
     budget = problem.machine.memory_budget if memory_budget is None else memory_budget
     build_started = t0
     hint_sim = validate(problem, hint, memory_budget=budget) if hint is not None else None
@@ -306,6 +326,8 @@ def solve_model(
         # worker honours the deterministic limit and stops at a proof.
         params.num_workers = 1
         units = deterministic_limit(time_limit, model)
+        if max_units is not None and units > max_units:  # planned as the seconds that many units take
+            units, seconds_given = max_units, planned_seconds(max_units, model)
         params.max_deterministic_time = units
     else:
         params.num_workers = workers
@@ -359,7 +381,7 @@ def solve_model(
         solver.WallTime() >= wall_cap * 0.98 or solver.deterministic_time < units * 0.98)
     stats = {"scale": factor, "stopped_by_wall_clock": stopped_by_wall, "build_time": build_time,
              "deterministic_time": solver.deterministic_time, "deterministic_limit": units if deterministic else None,
-             "seconds_given": time_limit,
+             "seconds_given": seconds_given,
              "solver_wall_time": solver.WallTime(), "variables": len(model.m.Proto().variables),
              "constraints": len(model.m.Proto().constraints), "branches": solver.NumBranches()}
 
