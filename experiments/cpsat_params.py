@@ -225,6 +225,14 @@ def table(path: str) -> str:
     return "\n".join(out)
 
 
+def row_problem(row: str):
+    """(problem, budget, warm start) of a row "graph:layers": budget 1.0 x the original order's peak."""
+    name, layers = row.split(":")
+    p = extract_problem(build(name, layers=int(layers)))
+    p = p.with_budget(max(simulate(p, Schedule.original(p)).peak_memory, lower_bounds(p).memory))
+    return p, p.machine.memory_budget, best_heuristic(p, memory_budget=p.machine.memory_budget)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--settings", default="today")
@@ -243,11 +251,8 @@ def main():
         return
     out = open(args.out, "a") if args.out else None
     for row in args.rows.split(","):
+        p, budget, hint = row_problem(row)
         name, layers = row.split(":")
-        p = extract_problem(build(name, layers=int(layers)))
-        budget = max(simulate(p, Schedule.original(p)).peak_memory, lower_bounds(p).memory)
-        p = p.with_budget(budget)
-        hint = best_heuristic(p, memory_budget=budget)
         for setting in args.settings.split(","):
             for mult in map(float, args.mult.split(",")):
                 for seed in map(int, args.seeds.split(",")):
