@@ -204,3 +204,27 @@ def test_a_makespan_at_the_bound_ends_the_solve_before_the_windows(monkeypatch):
     monkeypatch.setattr(cpsat, "solve_model", lambda *args, **kwargs: unproven)
     res = cpsat.solve_cpsat(p, time_limit=5, hint=optimal.schedule)
     assert res is unproven
+
+
+def test_the_parameter_harness_leaves_the_solver_as_it_found_it():
+    """experiments/cpsat_params.py (results/cpsat_params.md) swaps `solve_model`'s limit, parameters, hint and
+    callback for one run: afterwards they are the solver's own again, and a setting run twice (a decision
+    strategy, which adds to the model) gives the same schedule at the same deterministic time, within its
+    deterministic limit and never worse than the warm start."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    import cpsat_params
+
+    from solvercast.solvers import cpsat
+
+    own = (cpsat.deterministic_limit, cpsat.bound_presolve, CpsatModel.add_hint, cpsat._Solutions)
+    p = at_original_peak(SHAPES["fsdp_prefetch"](2))
+    budget = p.machine.memory_budget
+    hint = best_heuristic(p, memory_budget=budget)
+    runs = [cpsat_params.run(p, budget, hint, "starts_portfolio", 0.05, 0, 60.0, None) for _ in range(2)]
+    assert (cpsat.deterministic_limit, cpsat.bound_presolve, CpsatModel.add_hint, cpsat._Solutions) == own
+    assert runs[0] == runs[1]
+    assert runs[0]["makespan"] <= runs[0]["warm"]
+    assert runs[0]["status"] == "optimal" or runs[0]["det_end"] <= runs[0]["units"] * 1.05
