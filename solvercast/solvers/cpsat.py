@@ -82,8 +82,9 @@ def deterministic_limit(seconds: float, model: CpsatModel) -> float:
 
 
 #: with a caller's deadline, a deterministic search may take this many times its seconds on the wall clock
-#: (never past the deadline): the search rates measured on the shared cores were down to half the fitted
-#: ones (SEARCH_UNITS_PER_SECOND), and a search the wall clock ends may differ between ranks. Up to the
+#: (never past the deadline): on the loaded shared cores the models of the FSDP rows searched at 0.5-0.8 of
+#: the fitted rate (SEARCH_UNITS_PER_SECOND; results/cpsat_budgets.md), and a search the wall clock ends may
+#: differ between ranks. Up to the
 #: deadline itself, `optimize` ran past 1.2 x its limit on the loaded machine (synthetic 1,000 tasks, 1 s:
 #: 1.22 s; the windows ended at the deadline and what follows them had no room left)
 DETERMINISTIC_WALL_SLACK = 2.0
@@ -277,7 +278,8 @@ def solve_model(
     return (`optimize`'s whole-call limit), a wall-clock cap that leaves the
     deterministic limit as it is; with ``deterministic`` the search may then
     take DETERMINISTIC_WALL_SLACK times ``time_limit`` (one slower than
-    planned still reaches its deterministic limit), never past the deadline.
+    planned still reaches its deterministic limit), ending a margin before
+    the deadline (DEADLINE_MARGIN_SECONDS, DEADLINE_MARGIN_SHARE).
     ``max_units``: a deterministic search stops at this many units even if
     ``time_limit`` pays for more (``stats["seconds_given"]`` then counts the
     seconds those units were planned to take).

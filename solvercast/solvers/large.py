@@ -74,9 +74,10 @@ def solve_placement_then_windows(problem: Problem, hint: Schedule, time_limit: f
 
 
 #: planned seconds per window for building its model, CP-SAT's presolve and checking its answer (not
-#: deterministic time): measured 0.09-0.11 s for 40-task windows of fsdp_layers 2 and fsdp_tp 2 layers on the
+#: deterministic time): measured 0.09-0.10 s for 40-task windows of fsdp_layers 2 and fsdp_tp 2 layers on the
 #: loaded 2-core machine (building 0.01 s), 2026-11-23; it was 0.2, at which the polish after a whole-graph
-#: model (2 s) tried 7 windows of fsdp_layers 2 layers and stopped at 131.9 us, where 14 reach its bound, 129.9
+#: model (2 s) tried 7 windows of fsdp_layers 2 layers and stopped at 131.9 us; at 0.1 it reaches the bound,
+#: 129.9, in 8
 WINDOW_OVERHEAD_SECONDS = 0.1
 #: a window is started only with this many planned seconds of search left for it
 MIN_WINDOW_SECONDS = 0.25
