@@ -30,6 +30,23 @@ def test_a_window_over_everything_is_the_exact_model(seed):
     validate(p, res.schedule, memory_budget=budget)
 
 
+@pytest.mark.parametrize("seed", [4, 14, 16])
+def test_windows_that_stall_grow_until_they_reach_the_optimum(seed):
+    """Programs (found by search over seeds) whose original order no window of 3 tasks can improve to the
+    optimum: with ``grow`` the windows widen once all of a size have been tried, up to the whole graph,
+    whose model is exact (brute force judges both)."""
+    p = random_problem(seed, 9, sync_overhead=(seed % 2) * 4)
+    start = Schedule.original(p)
+    budget = simulate(p, start).peak_memory
+    best, _ = brute_force(p, budget)
+    stalled = solve_windows(p, start, time_limit=30, memory_budget=budget, window=3, per_window=1)
+    assert stalled.simulated.makespan > best  # the premise: small windows alone stop above the optimum
+    grown = solve_windows(p, start, time_limit=30, memory_budget=budget, window=3, per_window=1, grow=2)
+    validate(p, grown.schedule, memory_budget=budget)
+    assert grown.simulated.makespan == best
+    assert grown.stats["window"] > 3
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_small_windows_and_placement_are_valid_and_never_worse(seed):
     p = random_problem(seed, 60, sync_overhead=3)

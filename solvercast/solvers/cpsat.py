@@ -182,6 +182,9 @@ WHOLE_MODEL_UNITS = 6.0
 #: 80 / 1.0: 333.8, 120 / 2.0: 330.8)
 POLISH_WINDOW = 40
 POLISH_SECONDS_PER_WINDOW = 0.5
+#: ... and once every window of a size has been tried without a gain, windows (and their seconds) grow by
+#: this factor and start over: a long limit is spent on larger neighbourhoods instead of returning early
+POLISH_GROWTH = 1.5
 
 
 def solve_cpsat(
@@ -202,8 +205,9 @@ def solve_cpsat(
 
     The model gets WHOLE_MODEL_SHARE of ``time_limit`` (at most WHOLE_MODEL_UNITS); a proof, a makespan at
     a lower bound, or the lack of a solution ends the call there; otherwise windows of POLISH_WINDOW tasks
-    around the idle points take the rest (counted in deterministic time, so every run gives the same
-    schedule; they stop at a lower bound) and the better schedule is returned, FEASIBLE when the windows
+    around the idle points take the rest, growing by POLISH_GROWTH whenever every window of a size has been
+    tried without a gain (counted in deterministic time, so every run gives the same schedule; they stop at
+    a lower bound) and the better schedule is returned, FEASIBLE when the windows
     improved it (OPTIMAL when they reached a lower bound), with the model's bound; ``stats["polish"]`` says
     what the windows did. Other options and what the call returns: `solve_model`."""
     whole = (options.get("window") is None and not options.get("fixed_order") and not options.get("left_shift"))
@@ -224,8 +228,8 @@ def solve_cpsat(
     ends = started + time_limit if deadline is None else deadline  # the windows' wall cap (see solve_model)
     polished = solve_windows(problem, first.schedule, left, memory_budget, window=POLISH_WINDOW,
                              per_window=POLISH_SECONDS_PER_WINDOW, deterministic=True, progress=progress,
-                             deadline=ends, bound=bound)
-    stats = dict(first.stats, polish={k: polished.stats.get(k) for k in ("windows_tried", "windows_improved")},
+                             deadline=ends, bound=bound, grow=POLISH_GROWTH)
+    stats = dict(first.stats, polish={k: polished.stats.get(k) for k in ("windows_tried", "windows_improved", "window")},
                  stopped_by_wall_clock=bool(first.stats.get("stopped_by_wall_clock")
                                             or polished.stats.get("stopped_by_wall_clock")))
     wall = time.perf_counter() - started

@@ -121,12 +121,16 @@ def window_starts(problem: Problem, schedule: Schedule, sim: SimResult, size: in
 def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_budget: int | None = None, *,
                   window: int = 200, per_window: float = 4.0, deterministic: bool = True,
                   progress: Callable[[str], None] | None = None,
-                  deadline: float | None = None, bound: int = 0) -> SolveResult:
+                  deadline: float | None = None, bound: int = 0, grow: float | None = None) -> SolveResult:
     """Large-neighbourhood search over windows of ``window`` tasks until ``time_limit``, or until the
     makespan reaches ``bound`` (a lower bound: nothing shorter exists).
 
+    ``grow``: when every window of the current size has been tried since the last gain and time is left,
+    windows grow by this factor (their seconds with them) and start over, up to the whole graph: a schedule
+    no window of one size improves is a local optimum of that size only. Without it the search ends there.
+
     Returns the best schedule found (the hint if nothing improved, with
-    HINT_KEPT); ``stats`` records windows tried and improved.
+    HINT_KEPT); ``stats`` records windows tried and improved, and the last window size.
     """
     say = progress or (lambda msg: None)
     started = time.perf_counter()
@@ -141,7 +145,13 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
     # slower than planned still end by their deterministic limits: see `solve_model`)
     deadline = started + time_limit if deadline is None else deadline
     stopped_by_wall = False
-    while queue and best_sim.makespan > bound:
+    while best_sim.makespan > bound:
+        if not queue:
+            if grow is None or window >= problem.num_tasks:
+                break
+            window, per_window = min(problem.num_tasks, int(window * grow)), per_window * grow
+            queue = window_starts(problem, best, best_sim, window)
+            say(f"  every window tried: windows of {window} tasks")
         if left - WINDOW_OVERHEAD_SECONDS < MIN_WINDOW_SECONDS:
             break
         if deadline - time.perf_counter() < 0.5:
