@@ -47,6 +47,13 @@ def test_windows_that_stall_grow_until_they_reach_the_optimum(seed):
     assert grown.stats["window"] > 3
 
 
+@pytest.mark.parametrize("grow", [1.0, 0.5])
+def test_windows_refuse_a_growth_that_would_not_grow(grow):
+    p = random_problem(0, 9)
+    with pytest.raises(ValueError, match="grow"):
+        solve_windows(p, Schedule.original(p), time_limit=1, window=3, grow=grow)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_small_windows_and_placement_are_valid_and_never_worse(seed):
     p = random_problem(seed, 60, sync_overhead=3)

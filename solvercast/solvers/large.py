@@ -132,6 +132,8 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
     Returns the best schedule found (the hint if nothing improved, with
     HINT_KEPT); ``stats`` records windows tried and improved, and the last window size.
     """
+    if grow is not None and not grow > 1:
+        raise ValueError(f"grow must be a factor above 1, got {grow!r}")
     say = progress or (lambda msg: None)
     started = time.perf_counter()
     best, best_sim = hint, simulate(problem, hint)
@@ -149,7 +151,7 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
         if not queue:
             if grow is None or window >= problem.num_tasks:
                 break
-            window, per_window = min(problem.num_tasks, int(window * grow)), per_window * grow
+            window, per_window = min(problem.num_tasks, max(window + 1, int(window * grow))), per_window * grow
             queue = window_starts(problem, best, best_sim, window)
             say(f"  every window tried: windows of {window} tasks")
         if left - WINDOW_OVERHEAD_SECONDS < MIN_WINDOW_SECONDS:
