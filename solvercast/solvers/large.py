@@ -130,7 +130,7 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
     no window of one size improves is a local optimum of that size only. Without it the search ends there.
 
     Returns the best schedule found (the hint if nothing improved, with
-    HINT_KEPT); ``stats`` records windows tried and improved, and the last window size.
+    HINT_KEPT); ``stats`` records windows tried and improved, and the size of the last one tried.
     """
     if grow is not None and not grow > 1:
         raise ValueError(f"grow must be a factor above 1, got {grow!r}")
@@ -148,17 +148,17 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
     deadline = started + time_limit if deadline is None else deadline
     stopped_by_wall = False
     while best_sim.makespan > bound:
-        if not queue:
-            if grow is None or window >= problem.num_tasks:
-                break
-            window, per_window = min(problem.num_tasks, max(window + 1, int(window * grow))), per_window * grow
-            queue = window_starts(problem, best, best_sim, window)
-            say(f"  every window tried: windows of {window} tasks")
+        if not queue and (grow is None or window >= problem.num_tasks):
+            break  # every window tried, none larger to try
         if left - WINDOW_OVERHEAD_SECONDS < MIN_WINDOW_SECONDS:
             break
         if deadline - time.perf_counter() < 0.5:
             stopped_by_wall = deterministic
             break
+        if not queue:  # grown only when a window of the new size will run: ``stats["window"]`` was tried
+            window, per_window = min(problem.num_tasks, max(window + 1, int(window * grow))), per_window * grow
+            queue = window_starts(problem, best, best_sim, window)
+            say(f"  every window tried: windows of {window} tasks")
         lo = queue.pop(0)
         res = solve_cpsat(problem, time_limit=min(per_window, left - WINDOW_OVERHEAD_SECONDS),
                           memory_budget=memory_budget, hint=best, window=(lo, lo + window), left_shift=True,
