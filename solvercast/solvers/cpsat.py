@@ -179,11 +179,11 @@ WHOLE_MODEL_SHARE = 0.8
 #: 4.18), and where it does not, its last improvement comes early too (2026-11-23, one worker: fsdp_tp 2
 #: layers 344.0 us at 1.6 s, nothing better in 25.8 units; simple_fsdp 2 layers 282.3 at 1.0 s, nothing in
 #: 26.7), while windows keep improving (fsdp_tp: 323.2 us in 10 s of windows alone, 298.7 in 30 s). Past
-#: this the time goes to the windows. With the overheads planned as measured (eighth session, quiet
-#: machine, `experiments/cpsat_quality.py --time-limit 10`), 2, 3, 4 and 6 units: fsdp_tp 315.1 / 315.1 / 320.2
-#: / 332.4 us, every other row the same (fsdp_layers 4 layers proven at 242.6 with each: from 3 units' schedule
-#: the windows reach the exposure bound; from 1.5 units' they did not in 10 s, 246.7); 3 leaves the windows
-#: most of a 10 s limit and takes fsdp_layers 4 layers to its proof in 4.1 s (2 units: 6.1)
+#: this the time goes to the windows. With the overheads planned as measured (eighth session, quiet machine,
+#: window overhead 0.03 s, `experiments/cpsat_quality.py --time-limit 10`), 2, 3, 4 and 6 units: fsdp_tp
+#: 315.1 / 315.1 / 320.2 / 332.4 us, every other row the same (fsdp_layers 4 layers proven at 242.6 with each:
+#: from 3 units' schedule the windows reach the exposure bound; from 1.5 units' they did not in 10 s, 246.7);
+#: 3 leaves the windows most of a 10 s limit and takes fsdp_layers 4 layers to its proof in 4.1 s (2: 6.1)
 WHOLE_MODEL_UNITS = 3.0
 #: windows of the polish: tasks per window and planned seconds per window (fsdp_tp after 0.75 of the time on
 #: the model: 25 tasks 333.6 us, 40: 332.4, 80: 343.1; from the heuristic alone in 10 s, 40 / 0.5 s: 323.2,

@@ -73,13 +73,14 @@ def solve_placement_then_windows(problem: Problem, hint: Schedule, time_limit: f
                        f"placement: {placed.message or placed.status.value}; {windows.message}", windows.stats)
 
 
-#: planned seconds per window besides its deterministic time (building its model, checking its answer, and
-#: the presolve of a window that ends early): on the quiet 2-core machine (2026-11-24) a window's wall time
-#: outside CP-SAT was 0.01 s (fsdp_tp 2 layers: 10 windows at their limits, 3.39 s, 3.30 in the solver), and
-#: windows that proved their neighbourhood early took 0.035 s each in all (fsdp_layers 8 layers: 41 windows,
-#: 1.70 s, 0.21 deterministic units). It was 0.1 (0.09-0.10 measured on the loaded machine), at which the
-#: polish planned 41 such windows at 5.18 s and returned after 1.70
-WINDOW_OVERHEAD_SECONDS = 0.03
+#: planned seconds per window besides its deterministic time (building its model, checking its answer, the
+#: presolve of a window that ends early), measured on the quiet 2-core machine (2026-11-24): a window's wall
+#: time outside CP-SAT is 0.01 s (fsdp_tp 2 layers: 10 windows at their limits, 3.39 s, 3.30 in the solver);
+#: windows that prove their neighbourhood early take ~0.016 s more than their deterministic time pays for
+#: (fsdp_layers 8 layers: 135 windows, 4.5 s). It was 0.1 (0.09-0.10 measured on the loaded machine), at
+#: which the polish planned 41 such windows at 5.18 s and returned after 1.70
+#: (`experiments/polish_plan.py`, results/cpsat_budgets.md, eighth session)
+WINDOW_OVERHEAD_SECONDS = 0.02
 #: a window is started only with this many planned seconds of search left for it
 MIN_WINDOW_SECONDS = 0.25
 
