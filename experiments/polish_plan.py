@@ -26,7 +26,7 @@ CASES = [("fsdp_tp", {"layers": 2}), ("simple_fsdp", {"layers": 2}), ("fsdp_laye
          ("fsdp_layers", {"layers": 4}), ("fsdp_layers", {"layers": 2})]
 
 
-def timed_polish(problem, hint, budget: int, time_limit: float) -> tuple:
+def timed_polish(problem, hint, budget: int, time_limit: float, seed: int = 0) -> tuple:
     """`solve_cpsat` with every window's planned and wall seconds recorded."""
     windows: list[tuple[float, float]] = []
     solve_window = large.solve_cpsat
@@ -40,7 +40,8 @@ def timed_polish(problem, hint, budget: int, time_limit: float) -> tuple:
     large.solve_cpsat = timed_window
     try:
         t0 = time.perf_counter()
-        res = solve_cpsat(problem, time_limit=time_limit, memory_budget=budget, hint=hint, deadline=t0 + time_limit)
+        res = solve_cpsat(problem, time_limit=time_limit, memory_budget=budget, hint=hint, deadline=t0 + time_limit,
+                          seed=seed)
         wall = time.perf_counter() - t0
     finally:
         large.solve_cpsat = solve_window
@@ -52,8 +53,10 @@ def main():
     ap.add_argument("--time-limit", type=float, default=10.0)
     ap.add_argument("--repeat", type=int, default=2, help="runs per case (the schedule hash should not change)")
     ap.add_argument("--only", help="cases whose label contains this")
+    ap.add_argument("--seed", type=int, default=0, help="CP-SAT's random seed for the whole model")
     args = ap.parse_args()
-    print(f"# Polished CP-SAT solves: planned against wall seconds, time limit {args.time_limit:g} s, budget 1.0\n")
+    print(f"# Polished CP-SAT solves: planned against wall seconds, time limit {args.time_limit:g} s, budget 1.0, "
+          f"seed {args.seed}\n")
     print("| case | run | model planned s | model wall s | windows | windows planned s | windows wall s | "
           "wall s (of the limit) | cap | makespan us | schedule |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -66,14 +69,15 @@ def main():
         p = p.with_budget(budget)
         hint = best_heuristic(p, memory_budget=budget)
         for run in range(args.repeat):
-            res, wall, windows = timed_polish(p, hint, budget, args.time_limit)
+            res, wall, windows = timed_polish(p, hint, budget, args.time_limit, args.seed)
             model_planned = large.seconds_spent(res, True)  # the stats are the model's, windows or not
             windows_wall = sum(w for _, w in windows)
             digest = hashlib.sha1(repr((res.schedule.order, res.schedule.streams)).encode()).hexdigest()[:10]
             windows_planned = sum(planned for planned, _ in windows)
             print(f"| {label} | {run + 1} | {model_planned:.2f} | {wall - windows_wall:.2f} | {len(windows)} | "
                   f"{windows_planned:.2f} | {windows_wall:.2f} | {wall:.2f} ({wall / args.time_limit:.0%}) | "
-                  f"{'cap' if res.stats.get('stopped_by_wall_clock') else ''} | {res.makespan / 1e3:.1f} | {digest} |",
+                  f"{'cap' if res.stats.get('stopped_by_wall_clock') else ''} | {res.makespan / 1e3:.1f} ({res.status.value}) | "
+                  f"{digest} |",
                   flush=True)
 
 
