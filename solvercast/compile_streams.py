@@ -104,28 +104,12 @@ def _exec_streams(gm: fx.GraphModule, graph: fx.Graph, problem: Problem, schedul
 
 
 def _cross_stream_edges(problem: Problem, exec_stream: list[int | None], pos: dict[int, int]) -> list[tuple[int, int]]:
-    """(producer, consumer) pairs on different streams that need an event: a consumer of an
-    asynchronous collective depends on its wait (the collective library syncs the wait itself)."""
-    edges = []
-    for t in sorted(pos, key=pos.__getitem__):
-        s = exec_stream[t]
-        if s is None:
-            continue
-        task = problem.tasks[t]
-        producers = {}
-        for p in problem.sync_preds[t]:
-            if task.role == Role.WAIT and p == task.waits_for:
-                continue
-            if problem.is_async_comm(p):
-                wait = problem.wait_of[p]
-                if wait == t:
-                    continue
-                if wait in pos and pos[wait] < pos[t]:
-                    p = wait
-            if p in pos and exec_stream[p] is not None and exec_stream[p] != s:
-                producers[p] = None
-        edges += [(p, t) for p in producers]
-    return edges
+    """(producer, consumer) pairs on different streams that need an event (`lower.cross_stream_producers`,
+    the rule lowering follows)."""
+    from solvercast.lower import cross_stream_producers  # noqa: PLC0415  (as `_exec_streams`)
+
+    return [(p, t) for t in sorted(pos, key=pos.__getitem__) if exec_stream[t] is not None
+            for p in cross_stream_producers(problem, t, exec_stream[t], pos, exec_stream.__getitem__)]
 
 
 def _tensor_inputs_from(consumer: fx.Node, producer: fx.Node, free: set[fx.Node]) -> list[fx.Node]:

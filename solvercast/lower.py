@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import copy
 import operator
+from collections.abc import Callable, Mapping
+
 import torch
 import torch.fx as fx
 from torch.fx.node import map_arg
@@ -64,6 +66,30 @@ _NO_STREAM = None
 
 class LoweringError(SolvercastError, ValueError):
     """The graph, the problem and the schedule do not belong together."""
+
+
+def cross_stream_producers(problem: Problem, t: int, stream: int, pos: Mapping[int, int],
+                           stream_of: Callable[[int], int | None]) -> list[int]:
+    """The tasks on streams other than ``stream`` (where task ``t`` runs) that ``t`` must wait for, in
+    order, given the program positions ``pos`` and each task's stream: its `Problem.sync_preds`, where an
+    asynchronous collective stands for its wait once the wait comes first. A wait is not synchronized with
+    its own collective (the collective library does that)."""
+    task = problem.tasks[t]
+    producers: dict[int, None] = {}
+    for p in problem.sync_preds[t]:
+        if task.role == Role.WAIT and p == task.waits_for:
+            continue
+        if problem.is_async_comm(p):
+            wait = problem.wait_of[p]
+            if wait == t:
+                continue
+            if wait in pos and pos[wait] < pos[t]:
+                p = wait
+            # else (a write to a buffer the collective reads, before its wait): order the task after the
+            # collective's launch on stream 0, as in the original program
+        if p in pos and stream_of(p) != stream:
+            producers[p] = None
+    return list(producers)
 
 
 # ---- small helpers -----------------------------------------------------------------------------
@@ -377,20 +403,8 @@ class _Lowering:
         node = self.task_nodes[t]
         task = problem.tasks[t]
         is_wait = task.role == Role.WAIT
-        pending: dict[int, None] = {}  # producers on other streams this task depends on (ordered)
-        for p in problem.sync_preds[t]:
-            if is_wait and p == task.waits_for:
-                continue  # the collective library synchronizes a wait with its collective
-            if problem.is_async_comm(p):
-                wait = problem.wait_of[p]
-                if wait == t:
-                    continue
-                if wait in self.pos and self.pos[wait] < self.pos[t]:
-                    p = wait
-                # else (a write to a buffer the collective reads, before its wait): order the task after
-                # the collective's launch on stream 0, as in the original program
-            if p in self.pos and self._stream_of(p) != s:
-                pending[p] = None
+        # producers on other streams this task depends on (ordered)
+        pending = dict.fromkeys(cross_stream_producers(problem, t, s, self.pos, self._stream_of))
 
         tensor_inputs = [n for n in dict.fromkeys(node.all_input_nodes) if _is_tensor(n, self.gm)]
         plan: dict[fx.Node, list[fx.Node]] = {}  # value to bind -> tokens it waits for
