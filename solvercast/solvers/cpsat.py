@@ -50,8 +50,9 @@ SEARCH_RATE_RANGE = (0.2, 1.3)
 #: machine, 2026-11-24: 0.20 s for fsdp_tp's 21,224 constraints, 0.22 for simple_fsdp's 24,935, 0.26 for
 #: fsdp_layers 8 layers' 27,172). CP-SAT's presolve and loading are not counted here: the rates above are
 #: per second of the whole Solve, presolve included (fsdp_tp: 1.19 measured against 1.12 predicted). It was
-#: 6e-5, presolve counted twice: a polish planned fsdp_tp's model at 4.61 s, which took 2.74, and the
-#: 10 s solves of the FSDP rows used 61-71% of their limit (results/cpsat_budgets.md, eighth session)
+#: 6e-5, presolve counted twice: a 10 s polish planned fsdp_tp's model (6 units) at 7.95 s, which took 4.97,
+#: and the 10 s solves of the FSDP rows that do not finish used 58-65% of their limit
+#: (`experiments/polish_plan.py`, results/cpsat_budgets.md, eighth session)
 OVERHEAD_SECONDS_PER_CONSTRAINT = 1e-5
 #: share of the seconds given that the deterministic limit aims at (the rest absorbs the rates' spread; past
 #: the seconds given, the wall clock ends the search and the schedule may differ between runs: at 0.9 the
@@ -78,7 +79,8 @@ def search_rate(kind: str, constraints: int) -> float:
 
 def deterministic_limit(seconds: float, model: CpsatModel) -> float:
     """CP-SAT's deterministic limit for a solve of ``model`` that may take ``seconds``: the predicted search
-    rate (`search_rate`) times the seconds its size leaves after building and presolve, times LIMIT_SHARE.
+    rate (`search_rate`) times the seconds its size leaves after building the model (presolve is in the
+    fitted rates), times LIMIT_SHARE.
     It depends only on the model (its kind and constraint count), never on a clock: the same on every rank."""
     constraints = len(model.m.Proto().constraints)
     search = max(0.0, seconds - OVERHEAD_SECONDS_PER_CONSTRAINT * constraints)
@@ -182,8 +184,9 @@ WHOLE_MODEL_SHARE = 0.8
 #: this the time goes to the windows. With the overheads planned as measured (eighth session, quiet machine,
 #: window overhead 0.03 s, `experiments/cpsat_quality.py --time-limit 10`), 2, 3, 4 and 6 units: fsdp_tp
 #: 315.1 / 315.1 / 320.2 / 332.4 us, every other row the same (fsdp_layers 4 layers proven at 242.6 with each:
-#: from 3 units' schedule the windows reach the exposure bound; from 1.5 units' they did not in 10 s, 246.7);
-#: 3 leaves the windows most of a 10 s limit and takes fsdp_layers 4 layers to its proof in 4.1 s (2: 6.1)
+#: from 3 units' schedule the windows reach the exposure bound; from 1.5 units' (old overheads) they did not
+#: in 10 s, 246.7); 3 leaves the windows most of a 10 s limit and takes fsdp_layers 4 layers to its proof in
+#: 4.1 s (2: 6.1)
 WHOLE_MODEL_UNITS = 3.0
 #: windows of the polish: tasks per window and planned seconds per window (fsdp_tp after 0.75 of the time on
 #: the model: 25 tasks 333.6 us, 40: 332.4, 80: 343.1; from the heuristic alone in 10 s, 40 / 0.5 s: 323.2,
