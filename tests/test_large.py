@@ -5,7 +5,7 @@ import pytest
 from oracle import brute_force
 from solvercast import Machine, Problem, Role, Schedule, Task, simulate, validate
 from solvercast.heuristics import best_heuristic
-from solvercast.solvers.large import idle_points, solve_placement, solve_windows
+from solvercast.solvers.large import idle_points, solve_placement, solve_windows, window_starts
 from solvercast.solvers.result import SolveStatus
 from solvercast.testing import random_problem
 
@@ -19,6 +19,20 @@ def test_idle_points_find_where_the_default_stream_waits():
     original = Schedule.original(p)
     assert idle_points(p, original, simulate(p, original)) == [(50, 3)]
 
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_windows_that_kept_the_incumbent_go_behind_the_others(seed):
+    """The queue after a gain: starts ordered as before (idle points, then the slide), except that those
+    tried more often without a gain come later; among equals the order is kept."""
+    p = random_problem(seed, 40, sync_overhead=3)
+    s = Schedule.original(p)
+    sim = simulate(p, s)
+    starts = window_starts(p, s, sim, 8)
+    assert len(starts) >= 4
+    tries = {starts[0]: 2, starts[1]: 1, starts[3]: 1}
+    assert window_starts(p, s, sim, 8, tries) == [starts[2]] + starts[4:] + [starts[1], starts[3], starts[0]]
+    assert window_starts(p, s, sim, 8, {}) == starts
 
 @pytest.mark.parametrize("seed", range(8))
 def test_a_window_over_everything_is_the_exact_model(seed):
