@@ -31,8 +31,9 @@ def test_windows_that_kept_the_incumbent_go_behind_the_others(seed):
     starts = window_starts(p, s, sim, 8)
     assert len(starts) >= 4
     tries = {starts[0]: 2, starts[1]: 1, starts[3]: 1}
-    assert window_starts(p, s, sim, 8, tries) == [starts[2]] + starts[4:] + [starts[1], starts[3], starts[0]]
-    assert window_starts(p, s, sim, 8, {}) == starts
+    assert window_starts(p, s, sim, 8, lambda lo: tries.get(lo, 0)) == (
+        [starts[2]] + starts[4:] + [starts[1], starts[3], starts[0]])
+    assert window_starts(p, s, sim, 8, lambda lo: 0) == starts
 
 @pytest.mark.parametrize("seed", range(8))
 def test_a_window_over_everything_is_the_exact_model(seed):

@@ -21,8 +21,9 @@ warm-started from the incumbent and accepting only improvements judged by
   default stream sits idle (the only places a reorder can shorten a
   one-stream schedule), largest idle first, then slide over the rest. After a
   gain the queue starts over, the windows that kept the incumbent behind those
-  tried fewer times: else every gain sends the search back to the same largest
-  idle points, which the memory budget may hold where they are.
+  tried fewer times (a window's count halves when an overlapping one gains):
+  else every gain sends the search back to the same largest idle points, which
+  the memory budget may hold where they are.
 """
 
 from __future__ import annotations
@@ -111,9 +112,9 @@ def idle_points(problem: Problem, schedule: Schedule, sim: SimResult) -> list[tu
 
 
 def window_starts(problem: Problem, schedule: Schedule, sim: SimResult, size: int,
-                  fruitless: dict[int, int] | None = None) -> list[int]:
+                  tried: Callable[[int], float] | None = None) -> list[int]:
     """Where windows begin: around each idle point (most idle first), then a slide with half overlap; with
-    ``fruitless`` (start -> tries that kept the incumbent), the starts tried least often first."""
+    ``tried`` (start -> how often a window there kept the incumbent), those tried least first."""
     n = problem.num_tasks
     last = max(0, n - size)
     starts = [min(last, max(0, pos - size // 4)) for _, pos in idle_points(problem, schedule, sim)]
@@ -123,8 +124,8 @@ def window_starts(problem: Problem, schedule: Schedule, sim: SimResult, size: in
         if s not in seen:
             seen.add(s)
             ordered.append(s)
-    if fruitless:
-        ordered.sort(key=lambda s: fruitless.get(s, 0))  # stable: idle points first among equals
+    if tried is not None:
+        ordered.sort(key=tried)  # stable: idle points first among equals
     return ordered
 
 
@@ -149,7 +150,13 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
     best, best_sim = hint, simulate(problem, hint)
     hint_sim = best_sim
     tried = improved = 0
-    fruitless: dict[int, dict[int, int]] = {}  # window size -> start -> tries that kept the incumbent
+    # (window size, start) -> tries that kept the incumbent, halved whenever an overlapping window gains (its
+    # tasks changed): a recomputed queue puts the windows that failed most behind the others
+    fruitless: dict[tuple[int, int], float] = {}
+
+    def kept_before(lo: int) -> float:
+        return fruitless.get((window, lo), 0.0)
+
     queue = window_starts(problem, best, best_sim, window)
     # time left, counted in planned seconds: the windows' deterministic time plus a fixed overhead each
     # (with ``deterministic``, so every rank tries the same windows), else in wall time
@@ -168,7 +175,7 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
             break
         if not queue:  # grown only when a window of the new size will run: ``stats["window"]`` was tried
             window, per_window = min(problem.num_tasks, max(window + 1, int(window * grow))), per_window * grow
-            queue = window_starts(problem, best, best_sim, window, fruitless.get(window))
+            queue = window_starts(problem, best, best_sim, window, kept_before)
             say(f"  every window tried: windows of {window} tasks")
         lo = queue.pop(0)
         res = solve_cpsat(problem, time_limit=min(per_window, left - WINDOW_OVERHEAD_SECONDS),
@@ -178,15 +185,16 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
         left -= seconds_spent(res, deterministic) + WINDOW_OVERHEAD_SECONDS
         tried += 1
         if res.status == SolveStatus.HINT_KEPT:
-            tries = fruitless.setdefault(window, {})
-            tries[lo] = tries.get(lo, 0) + 1
+            fruitless[window, lo] = kept_before(lo) + 1
         else:  # lower makespan, or the same with earlier starts
             best, best_sim = res.schedule, res.simulated
             improved += 1
+            for key in [k for k in fruitless if k[0] == window and abs(k[1] - lo) < window]:
+                fruitless[key] /= 2  # an overlapping window gained: its tasks changed, worth another try
             say(f"  window at {lo}: makespan {best_sim.makespan / 1e3:.1f} us, "
                 f"shifted starts {potential(problem, best_sim, True)[1]}")
             # the idle points moved; the windows that kept the incumbent wait behind those not tried yet
-            queue = window_starts(problem, best, best_sim, window, fruitless.get(window))
+            queue = window_starts(problem, best, best_sim, window, kept_before)
     wall = time.perf_counter() - started
     stats = {"windows_tried": tried, "windows_improved": improved, "window": window,
              "stopped_by_wall_clock": stopped_by_wall}
