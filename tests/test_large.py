@@ -20,11 +20,10 @@ def test_idle_points_find_where_the_default_stream_waits():
     assert idle_points(p, original, simulate(p, original)) == [(50, 3)]
 
 
-
 @pytest.mark.parametrize("seed", range(3))
-def test_windows_that_kept_the_incumbent_go_behind_the_others(seed):
-    """The queue after a gain: starts ordered as before (idle points, then the slide), except that those
-    tried more often without a gain come later; among equals the order is kept."""
+def test_window_starts_put_the_windows_tried_most_last(seed):
+    """Starts ordered as before (idle points, then the slide), except that those that kept the incumbent
+    more often come later; among equals the order is kept."""
     p = random_problem(seed, 40, sync_overhead=3)
     s = Schedule.original(p)
     sim = simulate(p, s)
@@ -34,6 +33,31 @@ def test_windows_that_kept_the_incumbent_go_behind_the_others(seed):
     assert window_starts(p, s, sim, 8, lambda lo: tries.get(lo, 0)) == (
         [starts[2]] + starts[4:] + [starts[1], starts[3], starts[0]])
     assert window_starts(p, s, sim, 8, lambda lo: 0) == starts
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_after_a_gain_the_window_that_kept_the_incumbent_comes_last(seed, monkeypatch):
+    """The search itself, its windows scripted: the first window keeps the incumbent, the second gains
+    (the same schedule, so the starts stay the same); the queue then starts over with every other start
+    before the first one (before this rule it went straight back to it)."""
+    import solvercast.solvers.large as large
+
+    p = random_problem(seed, 40, sync_overhead=3)
+    s = Schedule.original(p)
+    sim = simulate(p, s)
+    starts = window_starts(p, s, sim, 8)
+    tried = []
+
+    def scripted(problem, *, hint, window, **options):
+        tried.append(window[0])
+        status = SolveStatus.FEASIBLE if len(tried) == 2 else SolveStatus.HINT_KEPT
+        return large.SolveResult(hint, status, simulate(problem, hint), None, None, 0.01)
+
+    monkeypatch.setattr(large, "solve_cpsat", scripted)
+    solve_windows(p, s, time_limit=60, window=8, per_window=0.1)
+    assert tried[:2] == starts[:2]
+    assert tried[2:2 + len(starts)] == starts[1:] + [starts[0]]
+
 
 @pytest.mark.parametrize("seed", range(8))
 def test_a_window_over_everything_is_the_exact_model(seed):

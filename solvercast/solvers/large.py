@@ -21,7 +21,7 @@ warm-started from the incumbent and accepting only improvements judged by
   default stream sits idle (the only places a reorder can shorten a
   one-stream schedule), largest idle first, then slide over the rest. After a
   gain the queue starts over, the windows that kept the incumbent behind those
-  tried fewer times (a window's count halves when an overlapping one gains):
+  that kept it fewer times (a window's count halves when an overlapping one gains):
   else every gain sends the search back to the same largest idle points, which
   the memory budget may hold where they are.
 """
@@ -114,7 +114,8 @@ def idle_points(problem: Problem, schedule: Schedule, sim: SimResult) -> list[tu
 def window_starts(problem: Problem, schedule: Schedule, sim: SimResult, size: int,
                   tried: Callable[[int], float] | None = None) -> list[int]:
     """Where windows begin: around each idle point (most idle first), then a slide with half overlap; with
-    ``tried`` (start -> how often a window there kept the incumbent), those tried least first."""
+    ``tried`` (start -> how often a window there kept the incumbent, halved whenever an overlapping window
+    gained), the lowest first."""
     n = problem.num_tasks
     last = max(0, n - size)
     starts = [min(last, max(0, pos - size // 4)) for _, pos in idle_points(problem, schedule, sim)]
@@ -193,7 +194,7 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
                 fruitless[key] /= 2  # an overlapping window gained: its tasks changed, worth another try
             say(f"  window at {lo}: makespan {best_sim.makespan / 1e3:.1f} us, "
                 f"shifted starts {potential(problem, best_sim, True)[1]}")
-            # the idle points moved; the windows that kept the incumbent wait behind those not tried yet
+            # the idle points moved; the windows that kept the incumbent most wait behind the others
             queue = window_starts(problem, best, best_sim, window, kept_before)
     wall = time.perf_counter() - started
     stats = {"windows_tried": tried, "windows_improved": improved, "window": window,
