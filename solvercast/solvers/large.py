@@ -151,12 +151,12 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
     best, best_sim = hint, simulate(problem, hint)
     hint_sim = best_sim
     tried = improved = 0
-    # (window size, start) -> tries that kept the incumbent, halved whenever an overlapping window gains (its
-    # tasks changed): a recomputed queue puts the windows that failed most behind the others
-    fruitless: dict[tuple[int, int], float] = {}
+    # window start -> tries that kept the incumbent (at this size), halved whenever an overlapping window
+    # gains (its tasks changed): a recomputed queue puts the windows that failed most behind the others
+    fruitless: dict[int, float] = {}
 
     def kept_before(lo: int) -> float:
-        return fruitless.get((window, lo), 0.0)
+        return fruitless.get(lo, 0.0)
 
     queue = window_starts(problem, best, best_sim, window)
     # time left, counted in planned seconds: the windows' deterministic time plus a fixed overhead each
@@ -176,7 +176,8 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
             break
         if not queue:  # grown only when a window of the new size will run: ``stats["window"]`` was tried
             window, per_window = min(problem.num_tasks, max(window + 1, int(window * grow))), per_window * grow
-            queue = window_starts(problem, best, best_sim, window, kept_before)
+            fruitless.clear()  # windows of the new size are new neighbourhoods
+            queue = window_starts(problem, best, best_sim, window)
             say(f"  every window tried: windows of {window} tasks")
         lo = queue.pop(0)
         res = solve_cpsat(problem, time_limit=min(per_window, left - WINDOW_OVERHEAD_SECONDS),
@@ -186,12 +187,12 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
         left -= seconds_spent(res, deterministic) + WINDOW_OVERHEAD_SECONDS
         tried += 1
         if res.status == SolveStatus.HINT_KEPT:
-            fruitless[window, lo] = kept_before(lo) + 1
+            fruitless[lo] = kept_before(lo) + 1
         else:  # lower makespan, or the same with earlier starts
             best, best_sim = res.schedule, res.simulated
             improved += 1
-            for key in [k for k in fruitless if k[0] == window and abs(k[1] - lo) < window]:
-                fruitless[key] /= 2  # an overlapping window gained: its tasks changed, worth another try
+            for start in [k for k in fruitless if abs(k - lo) < window]:
+                fruitless[start] /= 2  # an overlapping window gained: its tasks changed, worth another try
             say(f"  window at {lo}: makespan {best_sim.makespan / 1e3:.1f} us, "
                 f"shifted starts {potential(problem, best_sim, True)[1]}")
             # the idle points moved; the windows that kept the incumbent most wait behind the others
