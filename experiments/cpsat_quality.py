@@ -7,7 +7,7 @@ a solve that does not finish early uses on an idle core), CP-SAT deterministic t
 `simulate`. Wall seconds are noisy (2 cores shared with other jobs); deterministic time is not. The time
 limit is also the solve's deadline, as in `optimize`; "wall cap" marks a solve that deadline ended.
 
-    .venv/bin/python experiments/cpsat_quality.py --time-limit 10 > experiments/results/cpsat_budgets.md
+    .venv/bin/python experiments/cpsat_quality.py --time-limit 10   # tables of results/cpsat_quality.md
 """
 
 import argparse

@@ -240,7 +240,8 @@ def solve_cpsat(
     polished = solve_windows(problem, first.schedule, left, memory_budget, window=POLISH_WINDOW,
                              per_window=POLISH_SECONDS_PER_WINDOW, deterministic=True, progress=progress,
                              deadline=ends, bound=bound, grow=POLISH_GROWTH)
-    stats = dict(first.stats, polish={k: polished.stats.get(k) for k in ("windows_tried", "windows_improved", "window")},
+    polish = {k: polished.stats.get(k) for k in ("windows_tried", "windows_improved", "window")}
+    stats = dict(first.stats, polish=polish,
                  stopped_by_wall_clock=bool(first.stats.get("stopped_by_wall_clock")
                                             or polished.stats.get("stopped_by_wall_clock")))
     wall = time.perf_counter() - started

@@ -29,7 +29,7 @@ warm-started from the incumbent and accepting only improvements judged by
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
@@ -82,7 +82,7 @@ def solve_placement_then_windows(problem: Problem, hint: Schedule, time_limit: f
 #: time outside CP-SAT is 0.01 s (fsdp_tp 2 layers: 10 windows at their limits, 3.39 s, 3.30 in the solver);
 #: windows that prove their neighbourhood early take ~0.016 s more than their deterministic time pays for
 #: (fsdp_layers 8 layers: 135 windows, 4.5 s); at 0.02, in a slower hour, fsdp_layers 8's 10 s polish (155
-#: windows) was ended by the wall clock at 95-97% of the limit; at 0.025 it ends by its plan at 87-92%. It
+#: windows) was ended by the wall clock at 95-97% of the limit; at 0.025 it ended by its plan at 86-92%. It
 #: was 0.1 (0.09-0.10 measured on the loaded machine): a 10 s polish of fsdp_layers 8 layers planned its 18
 #: windows at 1.84 s, which took 0.37 (`experiments/polish_plan.py`, results/cpsat_budgets.md, eighth session)
 WINDOW_OVERHEAD_SECONDS = 0.025
@@ -112,7 +112,7 @@ def idle_points(problem: Problem, schedule: Schedule, sim: SimResult) -> list[tu
 
 
 def window_starts(problem: Problem, schedule: Schedule, sim: SimResult, size: int,
-                  tried: Callable[[int], float] | None = None) -> list[int]:
+                  tried: Mapping[int, float] | None = None) -> list[int]:
     """Where windows begin: around each idle point (most idle first), then a slide with half overlap; with
     ``tried`` (start -> how often a window there kept the incumbent, halved whenever an overlapping window
     gained), the lowest first."""
@@ -126,7 +126,7 @@ def window_starts(problem: Problem, schedule: Schedule, sim: SimResult, size: in
             seen.add(s)
             ordered.append(s)
     if tried is not None:
-        ordered.sort(key=tried)  # stable: idle points first among equals
+        ordered.sort(key=lambda s: tried.get(s, 0.0))  # stable: idle points first among equals
     return ordered
 
 
@@ -154,10 +154,6 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
     # window start -> tries that kept the incumbent (at this size), halved whenever an overlapping window
     # gains (its tasks changed): a recomputed queue puts the windows that failed most behind the others
     fruitless: dict[int, float] = {}
-
-    def kept_before(lo: int) -> float:
-        return fruitless.get(lo, 0.0)
-
     queue = window_starts(problem, best, best_sim, window)
     # time left, counted in planned seconds: the windows' deterministic time plus a fixed overhead each
     # (with ``deterministic``, so every rank tries the same windows), else in wall time
@@ -187,7 +183,7 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
         left -= seconds_spent(res, deterministic) + WINDOW_OVERHEAD_SECONDS
         tried += 1
         if res.status == SolveStatus.HINT_KEPT:
-            fruitless[lo] = kept_before(lo) + 1
+            fruitless[lo] = fruitless.get(lo, 0.0) + 1
         else:  # lower makespan, or the same with earlier starts
             best, best_sim = res.schedule, res.simulated
             improved += 1
@@ -196,7 +192,7 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
             say(f"  window at {lo}: makespan {best_sim.makespan / 1e3:.1f} us, "
                 f"shifted starts {potential(problem, best_sim, True)[1]}")
             # the idle points moved; the windows that kept the incumbent most wait behind the others
-            queue = window_starts(problem, best, best_sim, window, kept_before)
+            queue = window_starts(problem, best, best_sim, window, fruitless)
     wall = time.perf_counter() - started
     stats = {"windows_tried": tried, "windows_improved": improved, "window": window,
              "stopped_by_wall_clock": stopped_by_wall}
