@@ -196,3 +196,35 @@ def test_windows_launch_collectives_sooner_and_reach_the_optimum():
     # at the bound nothing is shorter: no window is tried from there
     again = solve_windows(p, res.schedule, time_limit=5, memory_budget=budget, window=40, per_window=0.5, bound=bound)
     assert again.stats["windows_tried"] == 0 and again.schedule is res.schedule
+
+
+def _output_then_overlap(streams: int = 1) -> Problem:
+    """g(1) makes the graph output G (100 B, never freed) and comes first; then a(10) -> c(20, async, output
+    C 60 B) -> w -> d(1) reads C, and x(20) makes X (60 B) for y(1). Overlapping x with c needs G + C + X =
+    220 B."""
+    from solvercast import Buffer
+
+    tasks = (Task("g", Role.COMPUTE, 1), Task("a", Role.COMPUTE, 10), Task("c", Role.COMM, 20),
+             Task("w", Role.WAIT, waits_for=2), Task("d", Role.COMPUTE, 1), Task("x", Role.COMPUTE, 20),
+             Task("y", Role.COMPUTE, 1))
+    buffers = (Buffer("G", 100, 0, is_output=True), Buffer("C", 60, 2, users=(4,)), Buffer("X", 60, 5, users=(6,)))
+    return Problem(tasks, ((0, 1), (0, 5), (1, 2), (2, 3), (3, 4), (5, 6)), buffers,
+                   machine=Machine(compute_streams=streams))
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+@pytest.mark.parametrize("budget", [220, 160])
+def test_a_window_counts_the_outputs_made_before_it(budget, streams):
+    """An output produced before the window stays resident through it: the window's memory model must
+    count it, or its schedules break the budget (and are thrown away by `validate`). From the order that
+    hides nothing, a window over all but g reaches the brute-force optimum: x under c when 220 B fit,
+    and no overlap at 160 B."""
+    from solvercast.solvers.cpsat import solve_cpsat
+
+    p = _output_then_overlap(streams)
+    hint = Schedule(order=(0, 1, 2, 3, 4, 5, 6), streams={}, method="hint")
+    optimum, _ = brute_force(p, budget)
+    res = solve_cpsat(p, time_limit=3, memory_budget=budget, hint=hint, window=(1, p.num_tasks), left_shift=True,
+                      debug_hint=True)
+    assert "failed validation" not in res.message
+    assert validate(p, res.schedule, memory_budget=budget).makespan == optimum

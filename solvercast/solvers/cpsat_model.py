@@ -485,13 +485,13 @@ class CpsatModel:
         scope = self.scope
         for b in p.lifetime_buffers:
             buf, holders = p.buffers[b], p.buffer_holders[b]
-            if scope.freed_before(holders):
+            if scope.freed_before(p, b):
                 continue  # windowed: freed before the window
             if scope.left_out(buf.producer):
                 continue  # windowed: born after the window
             born = 0 if buf.is_input else point(buf.producer)
             held_after = scope.held_after(holders)
-            if buf.is_output or (held_after and self.single_stream):
+            if not p.is_freed(b) or (held_after and self.single_stream):
                 end = top  # (windowed) held past the window: every later step comes after the window's
             else:
                 end = m.NewIntVar(0, top, f"dies_{buf.name}")

@@ -71,9 +71,10 @@ class Scope:
         """When the past leaves the first of ``streams`` free (0 for a whole problem)."""
         return min(self.frontier.get(k, 0) for k in streams)
 
-    def freed_before(self, holders: frozenset[int]) -> bool:
-        """A buffer every holder of which is in the past: freed before the window, not modelled."""
-        return bool(self.past) and holders <= self.past_set
+    def freed_before(self, problem: Problem, b: int) -> bool:
+        """Buffer ``b`` is freed before the window (every holder in the past), so not modelled. A buffer
+        that is never freed (a graph output) stays resident through the window wherever its holders are."""
+        return bool(self.past) and problem.is_freed(b) and problem.buffer_holders[b] <= self.past_set
 
     def held_after(self, holders: frozenset[int]) -> frozenset[int]:
         """The holders left out: the buffer lives past the window (until the incumbent frees it)."""
