@@ -25,8 +25,9 @@ problem, drives the solve and chooses among solutions. What the model decides
   that take time in the upper half. Sorting by P gives the program order, and
   a buffer lives from P(producer) to P(last user) inclusive, which is the
   simulator's rule exactly. With one compute stream and a budget (the whole
-  problem, up to MAX_POSITION_PAIRS pairs) program times give way to program
-  *positions* 0..N-1 (`_program_positions`): one literal per pair of
+  problem or a window, up to MAX_POSITION_PAIRS pairs) program times give way to
+  program *positions* 0..N-1 (`_program_positions`; a window's tasks take 0..,
+  the past's constants the negative ones below): one literal per pair of
   default-stream items that dependencies leave unordered orders both their
   positions and their times, and the memory cumulative runs over positions,
   whose small domains propagate (program times spanned hundreds of millions).
@@ -107,9 +108,10 @@ class CpsatModel:
         self._anchor_memo: dict[int, frozenset[int]] = {}
         self._past_ptime = -1  # the past's last program time (windowed)
         self.before: dict[tuple[int, int], cp_model.IntVar] = {}  # position model: a before b on the default stream
-        # memory over program positions (see `_program_positions`): one compute stream, a budget, the whole
-        # problem (windows keep program times; a fixed order takes positions too), and few enough pairs to order
-        self.positions = (positions and self.single_stream and budget is not None and not scope.windowed
+        # memory over program positions (see `_program_positions`): one compute stream, a budget, and few
+        # enough pairs to order (the whole problem, a fixed order, or a window: its tasks take positions
+        # 0.., the past's constants below them)
+        self.positions = (positions and self.single_stream and budget is not None
                           and len(self._unordered_pairs) <= MAX_POSITION_PAIRS)
         if scope.past:
             self._fix_past()
@@ -117,7 +119,11 @@ class CpsatModel:
     def _fix_past(self) -> None:
         """The past's times, streams, launch points and program times: constants of the incumbent."""
         p, scope, sim = self.p, self.scope, self.scope.sim
-        ptime = self._program_time_hint(scope.incumbent, sim, sim.launch) if self.single_stream else {}
+        if self.positions:  # the past in its order below the window's positions, which start at 0
+            ranked = [t for t in scope.past if t not in self._contracted]
+            ptime = {t: i - len(ranked) for i, t in enumerate(ranked)}
+        else:
+            ptime = self._program_time_hint(scope.incumbent, sim, sim.launch) if self.single_stream else {}
         self._past_ptime = max((ptime[t] for t in scope.past if t in ptime), default=-1)
         for t in scope.past:
             if t not in self._contracted:
@@ -378,9 +384,9 @@ class CpsatModel:
         views: an asynchronous collective through its launch point) and that `_order_closure` leaves
         unordered. Counted first, from popcounts: only a model that will use them lists them."""
         p = self.p
-        if not (self.single_stream and self.budget is not None and not self.scope.windowed):
+        if not (self.single_stream and self.budget is not None):
             return []
-        items = [t for t in range(self.n) if p.tasks[t].role != Role.FREE]
+        items = [t for t in range(self.n) if p.tasks[t].role != Role.FREE and self.scope.decides(t)]
         mask = sum(1 << t for t in items)
         up = self._order_closure[0]
         ordered = sum((up[t] & mask).bit_count() for t in items)
@@ -406,7 +412,7 @@ class CpsatModel:
         which propagates where program times in the hundreds of millions did not."""
         p, m = self.p, self.m
         up, down = self._order_closure
-        positioned = [t for t in range(self.n) if t not in self._contracted]
+        positioned = [t for t in range(self.n) if t not in self._contracted and self.scope.decides(t)]
         mask = sum(1 << t for t in positioned)
         last = len(positioned) - 1
         for t in positioned:
@@ -414,9 +420,10 @@ class CpsatModel:
                                         f"pos_{p.tasks[t].name}")
         self._program_order_links()
         if p.preserve_collective_order:  # the launch order `_order_closure` relies on
-            chain = p.async_chain
+            chain = [c for c in p.async_chain if c in self.launch]  # windowed: the past's and the window's
             for a, b in zip(chain, chain[1:]):
-                m.Add(self.launch[b] >= self.launch[a])
+                if not isinstance(self.launch[b], int):
+                    m.Add(self.launch[b] >= self.launch[a])
         for a, b in self._unordered_pairs:
             first, second = self._sequenced(a), self._sequenced(b)
             if first is None or second is None:
@@ -509,7 +516,8 @@ class CpsatModel:
                             m.Add(end >= after(q))
                 if buf.producer is not None:
                     m.Add(end >= born + 1)
-            size = m.NewIntVar(0, top, f"life_{buf.name}")
+            # (windowed positions: the past's are negative, so a lifetime from there may span more than top)
+            size = m.NewIntVar(0, top - min(0, born) if isinstance(born, int) else top, f"life_{buf.name}")
             self.lifetimes.append((born, size, end, b))
             ivs.append(m.NewIntervalVar(born, size, end, f"buf_{buf.name}"))
             demands.append(buf.size)
@@ -609,9 +617,12 @@ class CpsatModel:
                 m.AddHint(size, end_value - born_value)
 
     def _position_hint(self, schedule: Schedule) -> dict[int, int]:
-        """Positions that sort exactly into the schedule's order."""
-        ranked = [t for t in schedule.order if t in self.ptime]
-        return {t: i for i, t in enumerate(ranked)}
+        """Positions that sort exactly into the schedule's order (windowed: the past's constants, and the
+        window's tasks from 0)."""
+        ranked = [t for t in schedule.order if t in self.ptime and self.scope.decides(t)]
+        hint = {t: v for t, v in self.ptime.items() if isinstance(v, int)}
+        hint.update({t: i for i, t in enumerate(ranked)})
+        return hint
 
     def _program_time_hint(self, schedule: Schedule, sim: SimResult, launch: dict[int, int]) -> dict[int, int]:
         """Program times that sort exactly into the schedule's order."""
@@ -646,10 +657,13 @@ class CpsatModel:
                     break
         if self.single_stream:
             key = {t: (value(self.ptime[t]), t) for t in self.ptime}
-            floor = self._past_ptime + 1 if scope.past else -1  # the window's views stay in the window
+            # a view with no input to follow: the first of the past (windowed positions: the past's are
+            # negative), or the first of the window
+            bottom = min((k for k, _ in key.values()), default=0) - 1
+            floor = self._past_ptime + 1 if scope.past else bottom  # the window's views stay in the window
             for t in range(self.n):  # contracted views: right after their inputs
                 if t in self._contracted and not scope.left_out(t):
-                    key[t] = (max([key[a][0] for a in self._anchors(t)] + [-1 if scope.is_past(t) else floor]), t)
+                    key[t] = (max([key[a][0] for a in self._anchors(t)] + [bottom if scope.is_past(t) else floor]), t)
         else:
             key = {t: (i - len(scope.past), 0, t) for i, t in enumerate(scope.past)}
             starts = {t: value(v) for t, v in self.start.items()}
