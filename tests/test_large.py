@@ -248,3 +248,22 @@ def test_a_window_under_a_budget_takes_program_positions():
     assert [model.ptime[t] for t in hint.order[:10] if t in model.ptime] == sorted(
         model.ptime[t] for t in hint.order[:10] if t in model.ptime)
     assert all(model.ptime[t] < 0 for t in hint.order[:10] if t in model.ptime)
+
+
+def test_a_view_of_the_past_is_issued_before_the_window_first_task():
+    """a makes B (100 B), read only through the view V; x makes X (100 B) for an async collective. In the
+    window after a, V frees B: the model puts V right after a, so B and X never coexist (budget 150). Its
+    order must keep V before x, which shares V's program position (found by a reviewer: the schedule was
+    issued x first and broke the budget)."""
+    from solvercast import Buffer
+    from solvercast.solvers.cpsat import solve_cpsat
+
+    tasks = (Task("a", Role.COMPUTE, 1), Task("x", Role.COMPUTE, 1), Task("coll", Role.COMM, 50),
+             Task("w", Role.WAIT, waits_for=2), Task("V", Role.FREE), Task("c", Role.COMPUTE, 50))
+    buffers = (Buffer("B", 100, 0, users=(4,)), Buffer("X", 100, 1, users=(2,)))
+    p = Problem(tasks, ((0, 4), (4, 5), (1, 2), (2, 3)), buffers, machine=Machine())
+    hint = Schedule(order=(0, 4, 5, 1, 2, 3), streams={}, method="hint")
+    optimum, _ = brute_force(p, 150)
+    res = solve_cpsat(p, time_limit=2, memory_budget=150, hint=hint, window=(1, 6), left_shift=True, debug_hint=True)
+    assert "failed validation" not in res.message
+    assert validate(p, res.schedule, memory_budget=150).makespan == optimum

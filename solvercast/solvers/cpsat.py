@@ -37,14 +37,15 @@ from solvercast.time_budget import SOLVER_BUILD_SECONDS_PER_TASK
 #: run): the rate grows with the model, about 0.7 per decade of constraints (fsdp_layers 2 layers, 2,734
 #: constraints: 0.52; 4 layers, 8,176: 1.01; 8 layers, 27,172: 1.37; fsdp_tp 21,224: 1.24; simple_fsdp
 #: 24,935: 0.66, the outlier), so `search_rate` takes it from the constraint count; several compute
-#: streams: 0.10-0.44, no trend (median 0.25); program times (past MAX_POSITION_PAIRS, and windows):
-#: 0.1-0.47 on the shared cores, 0.45 assumed when quiet.
-#: Windows of the program (`large.solve_windows`, one compute stream, 200-470 constraints at 40 tasks): 0.16-0.88
+#: streams: 0.10-0.44, no trend (median 0.25); program times (past MAX_POSITION_PAIRS): 0.1-0.47 on the
+#: shared cores, 0.45 assumed when quiet.
+#: Windows of the program (`large.solve_windows`, one compute stream, 200-700 constraints at 40 tasks): 0.16-0.88
 #: per CPU second, median 0.3, on the shared cores (load ~3, 2026-11-23), until windows counted the graph
-#: outputs made before them (2026-11-24, ninth session): where the budget binds they now search, and slower,
-#: 0.08-0.43 per solver second over the windows that reach their limit (quiet machine, 10 s polishes of
-#: fsdp_tp and simple_fsdp 2 layers); at 0.25 fsdp_tp and simple_fsdp were ended by the wall clock, at 0.2
-#: (with DETERMINISTIC_WALL_SLACK 3) neither was, at 0.15 neither, but fsdp_tp used 70% of its limit
+#: outputs made before them (2026-11-24, ninth session): where the budget binds they now search, over program
+#: times at 0.08-0.43 per solver second (the windows that reach their limit; quiet machine, fsdp_tp and
+#: simple_fsdp 2 layers), over positions (shipped the same session) at 0.23-0.44. Planned at 0.2: at 0.25 or
+#: 0.3, simple_fsdp (whose whole model runs at 0.6 of its predicted rate) and fsdp_layers 8 layers (130-150
+#: windows, many ending early) met the deadline; at 0.2 none did, fsdp_tp using 61% of a 10 s limit
 SEARCH_UNITS_PER_SECOND = {"positions": (0.5, 0.7), "program_times": (0.45, 0.0), "streams": (0.25, 0.0),
                            "windows": (0.2, 0.0)}
 #: (rate at 2,734 constraints, change per decade of constraints), clipped to this range
@@ -95,8 +96,9 @@ def deterministic_limit(seconds: float, model: CpsatModel) -> float:
 #: the fitted rate (SEARCH_UNITS_PER_SECOND; results/cpsat_budgets.md), and a search the wall clock ends may
 #: differ between ranks. Up to the
 #: deadline itself, `optimize` ran past 1.2 x its limit on the loaded machine (synthetic 1,000 tasks, 1 s:
-#: 1.22 s; the windows ended at the deadline and what follows them had no room left). It was 2: windows at the
-#: slow end of their rate (0.08 of the 0.2 planned, fsdp_tp's last 40 tasks) met that cap on the quiet machine
+#: 1.22 s; the windows ended at the deadline and what follows them had no room left). It was 2: windows over
+#: program times at the slow end of their rate (0.08 of the 0.2 planned, fsdp_tp's last 40 tasks) met that cap
+#: on the quiet machine; windows now take positions (0.23-0.44) and 3 was kept, not measured again at 2
 DETERMINISTIC_WALL_SLACK = 3.0
 #: ... and ends this long before the deadline (a fixed part and a share of the time it had until it): CP-SAT
 #: returns some tens of ms after its wall limit, and its answer is still read off and judged. With the

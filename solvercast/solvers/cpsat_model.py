@@ -656,14 +656,15 @@ class CpsatModel:
                     streams[t] = k
                     break
         if self.single_stream:
-            key = {t: (value(self.ptime[t]), t) for t in self.ptime}
+            key = {t: (value(self.ptime[t]), 1, t) for t in self.ptime}
             # a view with no input to follow: the first of the past (windowed positions: the past's are
             # negative), or the first of the window
-            bottom = min((k for k, _ in key.values()), default=0) - 1
+            bottom = min((k[0] for k in key.values()), default=0) - 1
             floor = self._past_ptime + 1 if scope.past else bottom  # the window's views stay in the window
-            for t in range(self.n):  # contracted views: right after their inputs
-                if t in self._contracted and not scope.left_out(t):
-                    key[t] = (max([key[a][0] for a in self._anchors(t)] + [bottom if scope.is_past(t) else floor]), t)
+            for t in range(self.n):  # contracted views: right after their inputs, before what shares their
+                if t in self._contracted and not scope.left_out(t):  # program time (the window's first task)
+                    first = bottom if scope.is_past(t) else floor
+                    key[t] = (max([key[a][0] for a in self._anchors(t)] + [first]), 0, t)
         else:
             key = {t: (i - len(scope.past), 0, t) for i, t in enumerate(scope.past)}
             starts = {t: value(v) for t, v in self.start.items()}
@@ -671,7 +672,7 @@ class CpsatModel:
             key.update(start_time_keys(p, self.timed, starts, launches, skip=scope.past_set | scope.future_set))
         after = 1 << 62  # windowed: the tasks left out follow in the incumbent's order
         for i, t in enumerate(scope.future):
-            key[t] = (after + i, t) if self.single_stream else (after + i, 0, t)
+            key[t] = (after + i, 0, t)
         order = topological_by_key(p, key)
         return Schedule(order=order, streams=streams, method="cpsat")
 

@@ -86,7 +86,7 @@ def solve_placement_then_windows(problem: Problem, hint: Schedule, time_limit: f
 #: was 0.1 (0.09-0.10 measured on the loaded machine): a 10 s polish of fsdp_layers 8 layers planned its 18
 #: windows at 1.84 s, which took 0.37 (`experiments/polish_plan.py`, results/cpsat_budgets.md, eighth session).
 #: Since windows take program positions (ninth session) they end early more often: fsdp_layers 8's 152
-#: windows at 0.025 reached 94-95% of the limit and one run met the deadline; at 0.03, 132 windows, 85-86%
+#: windows at 0.025 reached 94-95% of the limit and one run met the deadline; at 0.03, 132 windows, 85-91%
 WINDOW_OVERHEAD_SECONDS = 0.03
 #: a window is started only with this many planned seconds of search left for it
 MIN_WINDOW_SECONDS = 0.25
