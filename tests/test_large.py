@@ -235,7 +235,7 @@ def test_a_window_counts_the_outputs_made_before_it(budget, streams):
 
 def test_a_window_under_a_budget_takes_program_positions():
     """Windows with one compute stream and a budget order their tasks by positions (small domains that
-    propagate), the past's below them in its own order: the model's schedule starts with the past."""
+    propagate); the past's constants take the negative positions, in the incumbent's order."""
     from solvercast.solvers.cpsat_model import CpsatModel
     from solvercast.solvers.scope import Scope
 
