@@ -303,9 +303,10 @@ class CpsatModel:
         if self.single_stream:
             self._pending_program_order.append((a, b, enforce))
         else:
-            la, lb = self._program_key(a), self._program_key(b)
-            # ties at one instant are broken by task id
-            m.Add(lb >= la + (0 if a < b else 1)).OnlyEnforceIf(cond)
+            # collectives issued at one instant may go in either order: `extract` issues them in the order
+            # the model chose (a tie broken by id instead made an incumbent that issued the later id first
+            # at one instant an infeasible hint)
+            m.Add(self._program_key(b) >= self._program_key(a)).OnlyEnforceIf(cond)
         self._same_stream_order(a, b, cond)
 
     def _same_stream_order(self, a: int, b: int, cond=()) -> None:
@@ -670,11 +671,32 @@ class CpsatModel:
             starts = {t: value(v) for t, v in self.start.items()}
             launches = {c: value(v) for c, v in self.launch.items()}
             key.update(start_time_keys(p, self.timed, starts, launches, skip=scope.past_set | scope.future_set))
+            self._issue_ties_in_model_order(solver, key)
         after = 1 << 62  # windowed: the tasks left out follow in the incumbent's order
         for i, t in enumerate(scope.future):
             key[t] = (after + i, 0, t)
         order = topological_by_key(p, key)
         return Schedule(order=order, streams=streams, method="cpsat")
+
+    def _issue_ties_in_model_order(self, solver: cp_model.CpSolver, key: dict) -> None:
+        """Collectives that share a program key (launched at one instant) take the ids of their group in
+        the order the model runs them (`_comm_precede` allows either order at one instant)."""
+        comms = [c for c in self.p.comm_tasks if self.scope.decides(c)]
+        if self.comm_before:
+            precede = {c: 0 for c in comms}
+            for (a, b), lit in self.comm_before.items():
+                if b in precede and solver.Value(lit):
+                    precede[b] += 1
+                elif a in precede and not solver.Value(lit):
+                    precede[a] += 1
+        else:  # the collectives keep their original order
+            precede = {c: i for i, c in enumerate(comms)}
+        groups: dict[tuple, list[int]] = {}
+        for c in comms:
+            groups.setdefault(key[c][:2], []).append(c)
+        for instant, tied in groups.items():
+            for c, slot in zip(sorted(tied, key=precede.__getitem__), sorted(tied)):
+                key[c] = (*instant, slot)
 
     def check_hint(self) -> None:
         """Fail loudly if the hint is not a feasible point of the model: solve with
