@@ -233,6 +233,35 @@ def test_a_window_counts_the_outputs_made_before_it(budget, streams):
     assert validate(p, res.schedule, memory_budget=budget).makespan == optimum
 
 
+def test_with_two_streams_a_window_counts_what_the_past_still_holds_when_it_starts():
+    """p(1) makes B (100 B) for L(50, half the GPU), which runs on stream 1 from t=1; the window holds
+    q(30) and x(20), making X (60 B) for y(1). Under a 150 B budget X cannot be born while L holds B,
+    though L is in the past: with several streams a window counts memory over time, and the past may
+    still run when it starts. (Counting only what the window's tasks hold, x at t=1 was feasible.)"""
+    from ortools.sat.python import cp_model
+
+    from solvercast import Buffer
+    from solvercast.solvers.cpsat_model import CpsatModel
+    from solvercast.solvers.scope import Scope
+
+    tasks = (Task("p", Role.COMPUTE, 1), Task("L", Role.COMPUTE, 50, 0.5), Task("q", Role.COMPUTE, 30, 0.5),
+             Task("x", Role.COMPUTE, 20, 0.5), Task("y", Role.COMPUTE, 1))
+    buffers = (Buffer("B", 100, 0, users=(1,)), Buffer("X", 60, 3, users=(4,)))
+    p = Problem(tasks, ((0, 1), (3, 4)), buffers, machine=Machine(compute_streams=2))
+    hint = Schedule(order=(0, 1, 2, 3, 4), streams={0: 0, 1: 1, 2: 1, 3: 1, 4: 1}, method="hint")
+    sim = validate(p, hint, memory_budget=150)
+
+    def feasible(x_start):
+        model = CpsatModel(p, sim.makespan, 150, Scope.of_window(p, hint, sim, 2, 5))
+        model.add_variables()
+        model.add_constraints()
+        model.m.Add(model.start[3] == x_start)
+        return cp_model.CpSolver().Solve(model.m) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+
+    assert not feasible(1) and not feasible(31)
+    assert feasible(51)  # once L has freed B
+
+
 def test_a_window_under_a_budget_takes_program_positions():
     """Windows with one compute stream and a budget order their tasks by positions (small domains that
     propagate); the past's constants take the negative positions, in the incumbent's order."""

@@ -73,8 +73,16 @@ class Scope:
 
     def freed_before(self, problem: Problem, b: int) -> bool:
         """Buffer ``b`` is freed before the window (every holder in the past), so not modelled. A buffer
-        that is never freed (a graph output) stays resident through the window wherever its holders are."""
-        return bool(self.past) and problem.is_freed(b) and problem.buffer_holders[b] <= self.past_set
+        that is never freed (a graph output) stays resident through the window wherever its holders are.
+        With several compute streams memory is counted over time, and a task of the past may still run
+        on one stream while the window starts on another: freed before only if the past's holders end
+        before any stream is free for the window."""
+        holders = problem.buffer_holders[b]
+        if not (self.past and problem.is_freed(b) and holders <= self.past_set):
+            return False
+        if problem.machine.compute_streams == 1:
+            return True  # memory over program order: the past's positions all come before the window's
+        return self.incumbent_end(holders) <= self.earliest_on(range(problem.machine.num_streams))
 
     def held_after(self, holders: frozenset[int]) -> frozenset[int]:
         """The holders left out: the buffer lives past the window (until the incumbent frees it)."""
