@@ -417,7 +417,7 @@ def exposure_bound(problem: Problem) -> int:
         buffers = list(problem.lifetime_buffers)
         sizes = np.array([problem.buffers[b].size for b in buffers], dtype=np.int64)
         producer = np.array([-1 if problem.buffers[b].producer is None else problem.buffers[b].producer
-                             for b in buffers])
+                             for b in buffers], dtype=np.int64)  # (an integer array when there is none)
         never_freed = np.array([not problem.is_freed(b) for b in buffers], dtype=bool)
         is_input = producer < 0
         holders = [sorted(problem.buffer_holders[b]) for b in buffers]

@@ -165,6 +165,15 @@ def test_exposure_bound_by_hand():
     assert brute_force(gather_beside_a_big_buffer(budget=60, sync=3))[0] == 101
 
 
+def test_exposure_bound_under_a_budget_with_no_buffer_to_place():
+    """A budget but no buffer whose lifetime an order decides (fuzz programs 1162, 1326 crashed here):
+    memory forces nothing, so a(10), ar(30), b(10) and the independent u(40): the compute work."""
+    tasks = (Task("a", C, 10), Task("ar", M, 30), Task("w", W, waits_for=1), Task("b", C, 10), Task("u", C, 40))
+    p = Problem(tasks, ((0, 1), (1, 2), (2, 3)), machine=Machine(memory_budget=100))
+    assert not p.lifetime_buffers
+    assert lower_bounds(p).exposure == 60 == brute_force(p)[0]
+
+
 def test_exposure_bound_where_it_is_not_computed():
     """Several compute streams (memory is judged over time, windows overlap on the GPU) and a free
     collective order (the launch order that keeps windows apart is not fixed): 0."""
