@@ -35,11 +35,12 @@ def test_window_starts_put_the_windows_tried_most_last(seed):
     assert window_starts(p, s, sim, 8, {}) == starts
 
 
-@pytest.mark.parametrize("seed", [0, 2])
-def test_after_a_gain_the_window_that_kept_the_incumbent_comes_last(seed, monkeypatch):
-    """The search itself, its windows scripted: the first window keeps the incumbent, the second gains
-    (the same schedule, so the starts stay the same); the queue then starts over with every other start
-    before the first one (before this rule it went straight back to it)."""
+def _scripted_windows(monkeypatch, seed: int, gain_makespan: int):
+    """Windows of 8 tasks over a random program, their solves scripted: the second window gains (the same
+    schedule, its makespan lowered by ``gain_makespan``), every other keeps the incumbent. Returns the
+    window starts in their first order and the starts tried."""
+    import dataclasses
+
     import solvercast.solvers.large as large
 
     p = random_problem(seed, 40, sync_overhead=3)
@@ -50,13 +51,64 @@ def test_after_a_gain_the_window_that_kept_the_incumbent_comes_last(seed, monkey
 
     def scripted(problem, *, hint, window, **options):
         tried.append(window[0])
-        status = SolveStatus.FEASIBLE if len(tried) == 2 else SolveStatus.HINT_KEPT
-        return large.SolveResult(hint, status, simulate(problem, hint), None, None, 0.01)
+        hint_sim = simulate(problem, hint)
+        if len(tried) != 2:
+            return large.SolveResult(hint, SolveStatus.HINT_KEPT, hint_sim, None, None, 0.01)
+        gained = dataclasses.replace(hint_sim, makespan=hint_sim.makespan - gain_makespan)
+        return large.SolveResult(hint, SolveStatus.FEASIBLE, gained, None, None, 0.01)
 
     monkeypatch.setattr(large, "solve_cpsat", scripted)
     solve_windows(p, s, time_limit=60, window=8, per_window=0.1)
+    return starts, tried
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_after_a_gain_the_window_that_kept_the_incumbent_comes_last(seed, monkeypatch):
+    """The search itself, its windows scripted: the first window keeps the incumbent, the second finds a
+    shorter schedule; the queue then starts over with every other start before the first one (before this
+    rule it went straight back to it)."""
+    starts, tried = _scripted_windows(monkeypatch, seed, gain_makespan=1)
     assert tried[:2] == starts[:2]
     assert tried[2:2 + len(starts)] == starts[1:] + [starts[0]]
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_a_gain_of_earlier_starts_alone_goes_on_with_the_pass(seed, monkeypatch):
+    """A window that only moves starts earlier (the same makespan) does not start the pass over: every start
+    is tried once, in order, before any again (starting over re-tried the windows already tried, and larger
+    windows waited)."""
+    starts, tried = _scripted_windows(monkeypatch, seed, gain_makespan=0)
+    assert tried[:len(starts)] == starts
+
+
+@pytest.mark.parametrize("gains", [False, True])
+def test_windows_grown_to_the_whole_graph_start_over_after_a_gain(gains, monkeypatch):
+    """Scripted windows of 8 tasks growing 2x over 40 tasks (8, 16, 32, 40): when one of them found a
+    shorter schedule, the windows start over at 8 tasks once the whole graph has been tried (the larger
+    windows' gains give the small ones new ground); when none did, the search ends there."""
+    import dataclasses
+
+    import solvercast.solvers.large as large
+
+    p = random_problem(0, 40, sync_overhead=3)
+    sizes = []
+
+    def scripted(problem, *, hint, window, **options):
+        sizes.append(window[1] - window[0])
+        hint_sim = simulate(problem, hint)
+        if not (gains and len(sizes) == 1 + len(window_starts(p, hint, hint_sim, 8))):
+            return large.SolveResult(hint, SolveStatus.HINT_KEPT, hint_sim, None, None, 0.01)
+        return large.SolveResult(hint, SolveStatus.FEASIBLE, dataclasses.replace(hint_sim, makespan=hint_sim.makespan - 1),
+                                 None, None, 0.01)
+
+    monkeypatch.setattr(large, "solve_cpsat", scripted)
+    solve_windows(p, Schedule.original(p), time_limit=60, window=8, per_window=0.1, grow=2.0)
+    grown = sizes.index(40)
+    assert sorted(set(sizes[:grown + 1])) == [8, 16, 32, 40]
+    if gains:  # the gain came from the first window of 16 tasks
+        assert 8 in sizes[grown:]
+    else:
+        assert set(sizes[grown:]) == {40}
 
 
 @pytest.mark.parametrize("seed", range(8))
