@@ -121,13 +121,13 @@ def test_the_kept_solution_that_simulates_best_is_returned():
 @pytest.mark.parametrize("seed", [2, 4, 6, 14, 19, 23])
 def test_two_streams_with_free_collective_order_keep_the_warm_start_feasible(seed):
     """Collectives the warm start issues at one instant, a higher id first, are a feasible order of the
-    model (once, ties went by id and the hint was infeasible), and the model's point for the warm start
-    extracts to the warm start's collective order."""
+    model, whose ties follow the warm start's order (`solve_cpsat` passes it; ties by id made the hint
+    infeasible), and the model's point for the warm start extracts to the warm start's collective order."""
     p = random_problem(seed, 20, compute_streams=2, preserve_collective_order=False, sync_overhead=seed % 3 * 4,
                        comm_fraction=0.4)
     hint = best_heuristic(p)
     sim = simulate(p, hint)
-    model = CpsatModel(p, sim.makespan, None)
+    model = CpsatModel(p, sim.makespan, None, issue_order=hint.order)
     model.add_variables()
     model.add_constraints()
     model.add_objective()

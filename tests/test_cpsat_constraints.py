@@ -183,3 +183,75 @@ def test_every_stream_is_idle_after_the_makespan():
     assert occupancy.demands[i].offset == occupancy.capacity.offset
     # and it takes the streams only after the makespan: both tasks at 0 on two streams, makespan 10
     assert has_solution(two_independent(streams=2, occupancy=0.5), fixes(on_0_0=1, on_1_1=1, start_0=0, start_1=0))
+
+
+# ---- several streams: collectives issued at one instant (a review's three reproductions) --------------
+
+def _tied_sync_and_async():
+    """A synchronous comm op s (50, the lower id) on the comm stream and an asynchronous collective c launched
+    at t=0: s may start at 0 too (then the program must issue it first, yet a launch sorts before an op
+    that takes time at one instant; ties by id allowed it)."""
+    tasks = (Task("s", M, 50), Task("c", M, 10), Task("wc", W, waits_for=1), Task("op", C, 100))
+    buffers = (Buffer("bs", 1, 0, users=(3,)), Buffer("bc", 1, 1, users=(2,)))
+    p = Problem(tasks, ((1, 2), (0, 3)), buffers, machine=Machine(compute_streams=2),
+                preserve_collective_order=False)
+    return p, lambda m: [m.m.Add(m.launch[1] == 0), m.m.Add(m.on[0][2] == 1)]
+
+
+def _three_at_one_launch():
+    """c0 and c2 on one comm stream, c1 on the other, all launched at t=0."""
+    tasks = (Task("c0", M, 10, group=0), Task("c1", M, 10, group=1), Task("c2", M, 50, group=0),
+             Task("w0", W, waits_for=0), Task("w1", W, waits_for=1), Task("w2", W, waits_for=2), Task("op", C, 100))
+    buffers = tuple(Buffer(f"b{c}", 1, c, users=(c + 3,)) for c in range(3))
+    p = Problem(tasks, ((0, 3), (1, 4), (2, 5), (5, 6)), buffers,
+                machine=Machine(compute_streams=2, comm_streams=2), preserve_collective_order=False)
+    return p, lambda m: [m.m.Add(m.launch[c] == 0) for c in range(3)]
+
+
+def _tied_behind_a_wait():
+    """x, y, z launched at t=10; x reads a wait issued at that instant."""
+    tasks = (Task("c_pre", M, 10, group=1), Task("pre_y", C, 10), Task("y", M, 10, group=0), Task("z", M, 10, group=1),
+             Task("w_pre", W, waits_for=0), Task("x", M, 50, group=0), Task("wy", W, waits_for=2),
+             Task("wz", W, waits_for=3), Task("wx", W, waits_for=5), Task("op", C, 100))
+    buffers = tuple(Buffer(f"b{c}", 1, c, users=(w,)) for c, w in ((0, 4), (1, 2), (2, 6), (3, 7), (5, 8)))
+    p = Problem(tasks, ((0, 4), (4, 5), (1, 2), (2, 6), (3, 7), (5, 8), (8, 9)), buffers,
+                machine=Machine(compute_streams=2, comm_streams=2), preserve_collective_order=False)
+    return p, lambda m: [m.m.Add(m.launch[c] == 10) for c in (2, 3, 5)]
+
+
+@pytest.mark.parametrize("case", [_tied_sync_and_async, _three_at_one_launch, _tied_behind_a_wait])
+def test_every_order_of_tied_collectives_the_model_allows_is_the_one_extracted(case):
+    """Several streams, free collective order, collectives issued at one instant: for every choice of the
+    model's order literals, a solution extracts to a program that `simulate` runs no later than the model
+    (the program issues tied collectives in the order their comm streams run them). A reassignment of tied
+    collectives by counting the order literals let the model choose a cycle, a synchronous op first, or an
+    order a wait held up: each simulated 10 ns later than the model."""
+    import itertools
+
+    from solvercast import simulate
+
+    problem, tie = case()
+
+    def model_of_ties():
+        model = CpsatModel(problem, HORIZON, None)
+        model.add_variables()
+        model.add_constraints()
+        model.add_objective()
+        tie(model)
+        return model
+
+    pairs = sorted(model_of_ties().comm_before)
+    solved = 0
+    for values in itertools.product((0, 1), repeat=len(pairs)):
+        model = model_of_ties()
+        for pair, value in zip(pairs, values):
+            model.m.Add(model.comm_before[pair] == value)
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        solver.parameters.max_deterministic_time = 5.0
+        status = solver.Solve(model.m)
+        assert status in (cp_model.OPTIMAL, cp_model.INFEASIBLE), solver.StatusName(status)
+        if status == cp_model.OPTIMAL:
+            solved += 1
+            assert simulate(problem, model.extract(solver)).makespan <= solver.Value(model.makespan), values
+    assert solved  # some order of the tied collectives is a solution

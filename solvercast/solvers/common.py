@@ -34,25 +34,27 @@ def topological_by_key(problem: Problem, key: dict) -> list[int]:
     return order
 
 
-def start_time_keys(problem: Problem, timed, start, launch, skip=frozenset(), rounding=None) -> dict:
+def start_time_keys(problem: Problem, timed, start, launch, skip=frozenset(), rounding=None, rank=None) -> dict:
     """Sort keys that turn a solver's start times into a program order (for `topological_by_key`).
 
     A task with a launch point (an asynchronous collective) sorts at its launch, a task that takes time
-    after the zero-length points (launches, waits) of its instant, ties by id; a view (FREE, not in
-    ``timed`` nor in ``skip``) when its inputs are ready. ``rounding`` is applied to every time (the
-    MILP's are floats). Serial schedule generation on a list sorted by start never starts a task later,
-    which is why several compute streams read their order off the times (CP-SAT and MILP alike)."""
+    after the zero-length points (launches, waits) of its instant, ties by ``rank`` (a position per task in
+    a topological order; the ids by default); a view (FREE, not in ``timed`` nor in ``skip``) when its
+    inputs are ready. ``rounding`` is applied to every time (the MILP's are floats). Serial schedule
+    generation on a list sorted by start never starts a task later, which is why several compute streams
+    read their order off the times (CP-SAT and MILP alike)."""
     r = rounding or (lambda x: x)
+    rank = rank or range(problem.num_tasks)
     key = {}
     for t in timed:
         if t in launch:
-            key[t] = (r(launch[t]), 0, t)
+            key[t] = (r(launch[t]), 0, rank[t])
         else:
-            key[t] = (r(start[t]), int(problem.tasks[t].duration > 0), t)
-    for t in range(problem.num_tasks):  # views: when their inputs are ready, in topological (id) order
+            key[t] = (r(start[t]), int(problem.tasks[t].duration > 0), rank[t])
+    for t in range(problem.num_tasks):  # views: when their inputs are ready, in topological (rank) order
         if problem.tasks[t].role == Role.FREE and t not in key and t not in skip:
             ready = max((start[q] + problem.tasks[q].duration for q in problem.sync_preds[t]), default=0)
-            key[t] = (r(ready), 0, t)
+            key[t] = (r(ready), 0, rank[t])
     return key
 
 

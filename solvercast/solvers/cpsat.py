@@ -333,7 +333,7 @@ def solve_model(
     if window is not None and hint is None:
         raise ValueError("window models part of the hint: give a hint")
     scope = Scope.whole() if window is None else Scope.of_window(scaled, hint, scaled_hint_sim, *window)
-    model = CpsatModel(scaled, model_horizon, budget, scope)
+    model = CpsatModel(scaled, model_horizon, budget, scope, issue_order=hint.order if hint is not None else None)
     model.add_variables()
     model.add_constraints()
     model.add_objective(left_shift)

@@ -48,7 +48,7 @@ is checked.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cached_property
 
 from ortools.sat.python import cp_model
@@ -83,7 +83,7 @@ class CpsatModel:
     """One CP-SAT model of a (scaled) problem with a horizon, over what ``scope`` decides."""
 
     def __init__(self, problem: Problem, horizon: int, budget: int | None, scope: Scope | None = None,
-                 positions: bool = True):
+                 positions: bool = True, issue_order: Sequence[int] | None = None):
         self.p = problem
         self.horizon = horizon
         self.budget = budget
@@ -94,6 +94,14 @@ class CpsatModel:
         self.K = 2 * (n + 1)  # program-time ticks per time unit (one compute stream only)
         self.half = n + 1
         self.scope = scope = scope or Scope.whole()
+        # several streams: what comes first among tasks issued at one instant (`extract` sorts by it too):
+        # the warm start's order (a window's incumbent, or ``issue_order``), else the ids. The ids alone made
+        # a warm start that issued two collectives at one instant, the higher id first, an infeasible hint
+        order = scope.incumbent.order if scope.incumbent is not None else issue_order
+        self.rank = list(range(n)) if order is None else [0] * n
+        if order is not None:
+            for i, t in enumerate(order):
+                self.rank[t] = i
         self.timed = [t for t in scope.decided(problem) if problem.tasks[t].role != Role.FREE]
         self.start: dict[int, cp_model.IntVar] = {}
         self.on: dict[int, dict[int, cp_model.IntVar | int]] = {}  # task -> stream -> literal (or 1)
@@ -303,11 +311,15 @@ class CpsatModel:
         if self.single_stream:
             self._pending_program_order.append((a, b, enforce))
         else:
-            # collectives issued at one instant may go in either order: `extract` issues them in the order
-            # the model chose (a tie broken by id instead made an incumbent that issued the later id first
-            # at one instant an infeasible hint)
-            m.Add(self._program_key(b) >= self._program_key(a)).OnlyEnforceIf(cond)
+            # at one instant, `extract`'s sort decides: a launch (a point) before an op that takes time, then
+            # `rank`; a before b at one instant only if that sort puts it first
+            tie = 0 if self._issue_sort(a) < self._issue_sort(b) else 1
+            m.Add(self._program_key(b) >= self._program_key(a) + tie).OnlyEnforceIf(cond)
         self._same_stream_order(a, b, cond)
+
+    def _issue_sort(self, t: int) -> tuple[int, int]:
+        """How `start_time_keys` orders ``t`` among what is issued at its program key's instant."""
+        return (0 if t in self.launch else int(self.p.tasks[t].duration > 0), self.rank[t])
 
     def _same_stream_order(self, a: int, b: int, cond=()) -> None:
         p, m = self.p, self.m
@@ -670,33 +682,13 @@ class CpsatModel:
             key = {t: (i - len(scope.past), 0, t) for i, t in enumerate(scope.past)}
             starts = {t: value(v) for t, v in self.start.items()}
             launches = {c: value(v) for c, v in self.launch.items()}
-            key.update(start_time_keys(p, self.timed, starts, launches, skip=scope.past_set | scope.future_set))
-            self._issue_ties_in_model_order(solver, key)
+            key.update(start_time_keys(p, self.timed, starts, launches, skip=scope.past_set | scope.future_set,
+                                       rank=self.rank))
         after = 1 << 62  # windowed: the tasks left out follow in the incumbent's order
         for i, t in enumerate(scope.future):
             key[t] = (after + i, 0, t)
         order = topological_by_key(p, key)
         return Schedule(order=order, streams=streams, method="cpsat")
-
-    def _issue_ties_in_model_order(self, solver: cp_model.CpSolver, key: dict) -> None:
-        """Collectives that share a program key (launched at one instant) take the ids of their group in
-        the order the model runs them (`_comm_precede` allows either order at one instant)."""
-        comms = [c for c in self.p.comm_tasks if self.scope.decides(c)]
-        if self.comm_before:
-            precede = {c: 0 for c in comms}
-            for (a, b), lit in self.comm_before.items():
-                if b in precede and solver.Value(lit):
-                    precede[b] += 1
-                elif a in precede and not solver.Value(lit):
-                    precede[a] += 1
-        else:  # the collectives keep their original order
-            precede = {c: i for i, c in enumerate(comms)}
-        groups: dict[tuple, list[int]] = {}
-        for c in comms:
-            groups.setdefault(key[c][:2], []).append(c)
-        for instant, tied in groups.items():
-            for c, slot in zip(sorted(tied, key=precede.__getitem__), sorted(tied)):
-                key[c] = (*instant, slot)
 
     def check_hint(self) -> None:
         """Fail loudly if the hint is not a feasible point of the model: solve with

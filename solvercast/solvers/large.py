@@ -171,7 +171,7 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
     deadline = started + time_limit if deadline is None else deadline
     stopped_by_wall = False
     base_window, base_seconds = window, per_window
-    cycle_gained = False  # a lower makespan since the windows last started at the base size
+    cycle_gained = False  # a lower makespan from a grown window since the windows last started at the base size
     while best_sim.makespan > bound:
         if not queue and (grow is None or (window >= problem.num_tasks and not cycle_gained)):
             break  # every window tried, none larger to try (or, grown to the whole graph, none gained since)
@@ -199,7 +199,7 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
             fruitless[lo] = fruitless.get(lo, 0.0) + 1
         else:  # lower makespan, or the same with earlier starts
             shorter = res.simulated.makespan < best_sim.makespan
-            cycle_gained |= shorter
+            cycle_gained |= shorter and window > base_window  # the base size has followed up its own
             best, best_sim = res.schedule, res.simulated
             improved += 1
             for start in [k for k in fruitless if abs(k - lo) < window]:
