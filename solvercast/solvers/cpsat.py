@@ -43,7 +43,8 @@ from solvercast.time_budget import SOLVER_BUILD_SECONDS_PER_TASK
 #: per CPU second, median 0.3, on the shared cores (load ~3, 2026-11-23), until windows counted the graph
 #: outputs made before them (2026-11-24, ninth session): where the budget binds they now search, over program
 #: times at 0.08-0.43 per solver second (the windows that reach their limit; quiet machine, fsdp_tp and
-#: simple_fsdp 2 layers), over positions (shipped the same session) at 0.23-0.44. Planned at 0.2: at 0.25 or
+#: simple_fsdp 2 layers), over positions (shipped the same session) at 0.23-0.50, faster the larger the window
+#: (tenth session: 0.27-0.31 at 40 tasks, 0.40-0.50 at 90; results/cpsat_budgets.md). Planned at 0.2: at 0.25 or
 #: 0.3, simple_fsdp (whose whole model runs at 0.6 of its predicted rate) and fsdp_layers 8 layers (130-150
 #: windows, many ending early) met the deadline; at 0.2 none did, fsdp_tp using 58-61% of a 10 s limit
 SEARCH_UNITS_PER_SECOND = {"positions": (0.5, 0.7), "program_times": (0.45, 0.0), "streams": (0.25, 0.0),

@@ -98,10 +98,9 @@ class CpsatModel:
         # the warm start's order (a window's incumbent, or ``issue_order``), else the ids. The ids alone made
         # a warm start that issued two collectives at one instant, the higher id first, an infeasible hint
         order = scope.incumbent.order if scope.incumbent is not None else issue_order
-        self.rank = list(range(n)) if order is None else [0] * n
-        if order is not None:
-            for i, t in enumerate(order):
-                self.rank[t] = i
+        self.rank = list(range(n))
+        for i, t in enumerate(order or ()):
+            self.rank[t] = i
         self.timed = [t for t in scope.decided(problem) if problem.tasks[t].role != Role.FREE]
         self.start: dict[int, cp_model.IntVar] = {}
         self.on: dict[int, dict[int, cp_model.IntVar | int]] = {}  # task -> stream -> literal (or 1)

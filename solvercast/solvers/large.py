@@ -150,7 +150,7 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
     last shorter schedule.
 
     Returns the best schedule found (the hint if nothing improved, with
-    HINT_KEPT); ``stats`` records windows tried and improved, and the size of the last one tried.
+    HINT_KEPT); ``stats`` records windows tried and improved, and the largest size tried.
     """
     if grow is not None and not grow > 1:
         raise ValueError(f"grow must be a factor above 1, got {grow!r}")
@@ -171,6 +171,7 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
     deadline = started + time_limit if deadline is None else deadline
     stopped_by_wall = False
     base_window, base_seconds = window, per_window
+    largest = window  # the largest size tried (windows start over at the base size after a cycle that gained)
     cycle_gained = False  # a lower makespan from a grown window since the windows last started at the base size
     while best_sim.makespan > bound:
         if not queue and (grow is None or (window >= problem.num_tasks and not cycle_gained)):
@@ -180,7 +181,7 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
         if deadline - time.perf_counter() < 0.5:
             stopped_by_wall = deterministic
             break
-        if not queue:  # grown only when a window of the new size will run: ``stats["window"]`` was tried
+        if not queue:  # grown only when a window of the new size will run
             if window >= problem.num_tasks:  # the gains of larger windows give the small ones new ground
                 window, per_window, cycle_gained = base_window, base_seconds, False
             else:
@@ -189,6 +190,7 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
             queue = window_starts(problem, best, best_sim, window)
             say(f"  every window tried: windows of {window} tasks")
         lo = queue.pop(0)
+        largest = max(largest, window)
         res = solve_cpsat(problem, time_limit=min(per_window, left - WINDOW_OVERHEAD_SECONDS),
                           memory_budget=memory_budget, hint=best, window=(lo, lo + window), left_shift=True,
                           deterministic=deterministic, deadline=deadline)
@@ -213,11 +215,11 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
             if shorter:
                 queue = window_starts(problem, best, best_sim, window, fruitless)
     wall = time.perf_counter() - started
-    stats = {"windows_tried": tried, "windows_improved": improved, "window": window,
+    stats = {"windows_tried": tried, "windows_improved": improved, "window": largest,
              "stopped_by_wall_clock": stopped_by_wall}
     if best_sim.makespan >= hint_sim.makespan:  # earlier starts alone are no gain to the caller
         return SolveResult(hint, SolveStatus.HINT_KEPT, hint_sim, None, None, wall, "",
-                           f"windowed search: no window of {window} tasks lowered the makespan "
+                           f"windowed search: no window of up to {largest} tasks lowered the makespan "
                            f"({tried} tried, {improved} moved starts earlier)", stats)
     best = Schedule(order=best.order, streams=best.streams, method="cpsat-windows")
     return SolveResult(best, SolveStatus.FEASIBLE, best_sim, None, None, wall, "",
