@@ -81,6 +81,14 @@ def _cpsat_windows(problem, hint, time_limit, deterministic, say, deadline=None)
                                         deterministic=deterministic, progress=say, deadline=deadline)
 
 
+def _prefixes(problem, hint, time_limit, deterministic, say, deadline=None):
+    from solvercast.solvers.prefixes import solve_prefixes
+
+    say(f"searching program prefixes exactly ({time_limit:.1f} s{', counted' if deterministic else ''})")
+    return solve_prefixes(problem, time_limit, problem.machine.memory_budget, hint, deterministic=deterministic,
+                          deadline=deadline, progress=say)
+
+
 def _milp(problem, hint, time_limit, deterministic, say, deadline=None):
     from solvercast.solvers.milp import solve_milp
 
@@ -114,6 +122,8 @@ REGISTRY: tuple[Method, ...] = (
            _cpsat_placement, swept=False, needs_hint=True),
     Method("cpsat-windows", Kind.SOLVER, "placement, then CP-SAT over windows of the program (large graphs)",
            _cpsat_windows, swept=False, needs_hint=True),
+    Method("prefixes", Kind.SOLVER, "exact search over program prefixes, one compute stream (up to ~100 tasks)",
+           _prefixes),
     Method("milp", Kind.SOLVER, "a MILP through PuLP (HiGHS or CBC), for small graphs", _milp),
 )
 

@@ -1,0 +1,293 @@
+"""Exact search over program prefixes: the optimum with one compute stream, by dynamic programming.
+
+With one compute stream a schedule is a program order (and a stream for each synchronous collective that
+may take its comm stream), and the engine (`engine.replay`, `engine.StepMemory`) places the tasks in that
+order. What the rest of an order can still do depends on its prefix only through
+
+* the set of tasks issued (a down-set of the dependency graph): it fixes the bytes resident (memory is
+  counted over program steps) and, with the collective order kept, which collective comes next;
+* when each stream is free, and when the issued tasks end whose results a later task may get after its
+  stream is free: a collective's end (its wait reads it), a task on a comm stream. A stream-0 task whose
+  every later reader runs on stream 0 (or launches from it) never decides a start again: its end is at
+  most stream 0's free time.
+
+The placement is monotone (an input ready earlier never starts a task later), so of two prefixes with
+the same set, one whose times are all no later *dominates*: every completion of the other is at least as
+good after it. A breadth-first search by prefix length that keeps, per set, only undominated times, and
+drops a prefix whose makespan bound reaches ``upper`` (the best schedule known), therefore ends with an
+optimal order, or proves that none beats ``upper``. Views are issued as soon as they are ready: they take
+no time and no stream and allocate nothing, so an earlier issue only frees memory sooner.
+
+The number of sets grows with the graph's width: 80-task FSDP layers are searched in seconds, two layers
+(160 tasks, 10 independent parameter chains) are not. The search stops at ``max_expansions`` (counted,
+so every run gives the same answer) and then proves nothing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from solvercast.errors import InfeasibleBudgetError, UnsupportedProblemError
+from solvercast.problem import Problem, Role
+from solvercast.schedule import Schedule
+from solvercast.simulate import validate
+from solvercast.solvers.result import Outcome, SolveResult
+
+#: Expansions (a prefix extended by one task) per second on the 2-core machines, measured with
+#: `experiments/prefix_search.py` (results/prefix_search.md): the conversion of seconds to the counted limit.
+EXPANSIONS_PER_SECOND = 60_000
+
+_RUNS, _VIEW, _LAUNCHED = 0, 1, 2
+
+
+def not_applicable(problem: Problem) -> str | None:
+    """Why the search does not apply to ``problem`` (None: it does)."""
+    if problem.machine.compute_streams != 1:
+        return "several compute streams (the GPU is shared over time, not by program order)"
+    return None
+
+
+@dataclass
+class PrefixSearch:
+    """What `search_prefixes` found. ``complete``: every prefix was searched, so ``order`` is optimal, or,
+    when it is None, no schedule within the budget ends before ``upper``."""
+
+    order: tuple[int, ...] | None
+    streams: dict[int, int]
+    makespan: int | None
+    complete: bool
+    expansions: int
+    most_prefixes: int  # the most prefixes (sets x undominated times) kept at one length
+    seconds: float
+    stats: dict = field(default_factory=dict)
+
+
+class _Tables:
+    """What the search reads per task, built once per call."""
+
+    def __init__(self, problem: Problem):
+        n = problem.num_tasks
+        tasks = problem.tasks
+        self.n = n
+        self.sync = problem.machine.sync_overhead
+        self.num_streams = problem.machine.num_streams
+        self.duration = [task.duration for task in tasks]
+        self.kind = [_VIEW if task.role == Role.FREE else _LAUNCHED if problem.is_async_comm(t) else _RUNS
+                     for t, task in enumerate(tasks)]
+        self.streams = problem.stream_choices
+        self.preds_mask = [sum(1 << q for q in problem.preds[t]) for t in range(n)]
+        self.succs = problem.succs
+        self.sync_preds = problem.sync_preds
+        readers: list[list[int]] = [[] for _ in range(n)]
+        for t in range(n):
+            for q in self.sync_preds[t]:
+                readers[q].append(t)
+        self.readers = readers
+        # a reader that never needs a stream-0 task's end beyond stream 0's free time
+        self.stream0_reader = [all(self.kind[u] == _LAUNCHED or self.streams[u] == (0,) for u in readers[t])
+                               for t in range(n)]
+        self.readers_mask = [sum(1 << u for u in readers[t]) for t in range(n)]
+        self.order_pos = ({c: i for i, c in enumerate(problem.comm_tasks)}
+                          if problem.preserve_collective_order else {})
+        self.alloc = problem.allocated_bytes
+        self.touches = problem.release_counts[0]
+        self.release_size = [size for size, _ in problem.releasable]
+        self.release_mask = [sum(1 << h for h in holders) for _, holders in problem.releasable]
+        # work each stream must still run: tasks that can run on one stream only
+        self.work_stream = [s[0] if len(s) == 1 and self.kind[t] != _VIEW else -1
+                            for t, s in enumerate(self.streams)]
+
+
+
+def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansions: int | None = None,
+                    deadline: float | None = None, progress: Callable[[str], None] | None = None) -> PrefixSearch:
+    """The exact search (module docstring) for a problem with one compute stream, within
+    ``problem.machine.memory_budget``, for a makespan below ``upper``. Stops without a proof after
+    ``max_expansions`` expansions, or when the wall clock passes ``deadline`` (a `time.perf_counter`
+    reading; ``stats["stopped_by_wall_clock"]``)."""
+    why = not_applicable(problem)
+    if why:
+        raise UnsupportedProblemError(f"the prefix search does not apply: {why}; use cpsat")
+    started = time.perf_counter()
+    tb = _Tables(problem)
+    n, sync, kind, dur = tb.n, tb.sync, tb.kind, tb.duration
+    budget = problem.machine.memory_budget
+    upper = float("inf") if upper is None else upper
+    full = (1 << n) - 1
+
+    def issue(ideal: int, cur: int, t: int) -> tuple[int, int, list[int]]:
+        """Issue t, then every view it makes ready: (set, bytes resident after, the views)."""
+        ideal |= 1 << t
+        freed, views, stack = 0, [], [t]
+        while stack:
+            x = stack.pop()
+            for k in tb.touches[x]:
+                if not tb.release_mask[k] & ~ideal:
+                    freed += tb.release_size[k]
+            for u in tb.succs[x]:
+                if kind[u] == _VIEW and not ideal >> u & 1 and not tb.preds_mask[u] & ~ideal:
+                    ideal |= 1 << u
+                    views.append(u)
+                    stack.append(u)
+        return ideal, cur - freed, views
+
+    remaining = [0] * tb.num_streams
+    for t in range(n):
+        if tb.work_stream[t] >= 0:
+            remaining[tb.work_stream[t]] += dur[t]
+    # a prefix: (times, keys, ends, node) with times the streams' free times, keys the (task, stream) of the
+    # kept ends, node (parent node, issued tasks, stream choices) to read the order back
+    start_ideal, start_cur = 0, problem.initial_resident_bytes
+    first_views: list[int] = []
+    for t in range(n):
+        if kind[t] == _VIEW and not start_ideal >> t & 1 and not tb.preds_mask[t] & ~start_ideal:
+            start_ideal, start_cur, views = issue(start_ideal, start_cur, t)
+            first_views += [t] + views
+    level = {start_ideal: (start_cur, 0, tuple(remaining), [((0,) * tb.num_streams, (), (), (None, tuple(first_views), ()))])}
+    expansions = most = 0
+    said = started
+    finished = []
+    stopped = None
+    if budget is not None and start_cur > budget:
+        level = {}
+    while level and stopped is None:
+        grown: dict[int, tuple] = {}
+        for ideal, (cur, issued_comms, rem, prefixes) in level.items():
+            for t in range(n):
+                if ideal >> t & 1 or kind[t] == _VIEW or tb.preds_mask[t] & ~ideal:
+                    continue
+                pos = tb.order_pos.get(t)
+                if pos is not None and pos != issued_comms:
+                    continue
+                during = cur + tb.alloc[t]
+                if budget is not None and during > budget:
+                    continue
+                new_ideal, new_cur, views = issue(ideal, during, t)
+                new_rem = rem
+                if tb.work_stream[t] >= 0:
+                    new_rem = list(rem)
+                    new_rem[tb.work_stream[t]] -= dur[t]
+                    new_rem = tuple(new_rem)
+                entry = grown.get(new_ideal)
+                if entry is None:
+                    entry = grown[new_ideal] = (new_cur, issued_comms + (pos is not None), new_rem, [])
+                out = entry[3]
+                preds_of_t = tb.sync_preds[t]
+                for times, keys, ends, node in prefixes:
+                    expansions += 1
+                    end_of = {q: (e, qs) for (q, qs), e in zip(keys, ends)}
+                    inputs = [end_of[q] for q in preds_of_t if q in end_of]
+                    for s in tb.streams[t]:
+                        free = list(times)
+                        if kind[t] == _LAUNCHED:  # a zero-time point on stream 0 that waits for the inputs
+                            ready = free[0]
+                            for e, qs in inputs:
+                                r = e + (sync if qs != 0 else 0)
+                                if r > ready:
+                                    ready = r
+                            free[0] = ready
+                            ready += sync
+                        else:
+                            ready = 0
+                            for e, qs in inputs:
+                                r = e + (sync if qs != s else 0)
+                                if r > ready:
+                                    ready = r
+                        end = (ready if ready > free[s] else free[s]) + dur[t]
+                        free[s] = end
+                        bound = max(f + r for f, r in zip(free, new_rem))
+                        if bound >= upper:
+                            continue
+                        kept = {(q, qs): e for q, (e, qs) in end_of.items() if tb.readers_mask[q] & ~new_ideal}
+                        if tb.readers_mask[t] & ~new_ideal and not (s == 0 and tb.stream0_reader[t]):
+                            kept[t, s] = end
+                        new_keys = tuple(sorted(kept))
+                        out.append((tuple(free), new_keys, tuple(kept[k] for k in new_keys),
+                                    (node, (t,) + tuple(views), ((t, s),) if len(tb.streams[t]) > 1 else ())))
+            if max_expansions is not None and expansions > max_expansions:
+                stopped = "limit"
+                break
+            if deadline is not None and time.perf_counter() > deadline:
+                stopped = "wall clock"
+                break
+        if stopped is not None:
+            break
+        level = {}
+        count = 0
+        for ideal, (cur, issued_comms, rem, prefixes) in grown.items():
+            kept = _undominated(prefixes)
+            if ideal == full:
+                finished += kept
+            elif kept:
+                level[ideal] = (cur, issued_comms, rem, kept)
+                count += len(kept)
+        most = max(most, count)
+        if progress is not None and count and time.perf_counter() >= said + 1.0:  # a line a second at most
+            said = time.perf_counter()
+            progress(f"prefix search: {len(level)} sets, {count} prefixes, {expansions} expansions")
+    seconds = time.perf_counter() - started
+    stats = {"stopped_by_wall_clock": stopped == "wall clock"}
+    if stopped is not None or not finished:
+        return PrefixSearch(None, {}, None, stopped is None, expansions, most, seconds, stats)
+    best = min(finished, key=lambda p: max(p[0]))
+    order, streams = [], {}
+    node = best[3]
+    while node is not None:
+        parent, tasks, choices = node
+        order[:0] = tasks
+        streams.update(choices)
+        node = parent
+    return PrefixSearch(tuple(order), streams, max(best[0]), True, expansions, most, seconds, stats)
+
+
+def _undominated(prefixes: list) -> list:
+    """The prefixes no other one of the same set dominates (same kept ends, every time no later); the
+    first of equal ones is kept, so the search is deterministic."""
+    prefixes = sorted(prefixes, key=lambda p: (p[1], sum(p[0]) + sum(p[2]), p[0], p[2]))
+    kept: list = []
+    for p in prefixes:
+        times, keys, ends = p[0], p[1], p[2]
+        if not any(o[1] == keys and all(a <= b for a, b in zip(o[0], times)) and all(a <= b for a, b in zip(o[2], ends))
+                   for o in kept):
+            kept.append(p)
+    return kept
+
+
+def solve_prefixes(problem: Problem, time_limit: float = 10.0, memory_budget: int | None = None,
+                   hint: Schedule | None = None, *, deterministic: bool = True, deadline: float | None = None,
+                   progress: Callable[[str], None] | None = None) -> SolveResult:
+    """`search_prefixes` as a solver: below ``hint``'s makespan, within ``time_limit`` (counted as
+    EXPANSIONS_PER_SECOND expansions a second with ``deterministic``, so every run gives the same answer;
+    wall-clock seconds otherwise). OPTIMAL when the search ends: its order, or the hint when nothing beats
+    it; INFEASIBLE (raised) when no order holds the budget; HINT_KEPT / NO_SOLUTION when it is stopped."""
+    started = time.perf_counter()
+    why = not_applicable(problem)
+    if why:
+        raise UnsupportedProblemError(f"the prefix search does not apply: {why}; use cpsat")
+    budget = problem.machine.memory_budget if memory_budget is None else memory_budget
+    problem = problem.with_budget(budget)
+    hint_sim = validate(problem, hint, memory_budget=budget) if hint is not None else None
+    limit = int(time_limit * EXPANSIONS_PER_SECOND) if deterministic else None
+    ends = started + time_limit if deadline is None else deadline  # the wall clock caps a counted search too
+    found = search_prefixes(problem, hint_sim.makespan if hint_sim is not None else None, max_expansions=limit,
+                            deadline=ends, progress=progress)
+    wall = time.perf_counter() - started
+    stats = dict(found.stats, expansions=found.expansions, most_prefixes=found.most_prefixes)
+    status = "complete" if found.complete else "stopped"
+    outcome = Outcome(hint, hint_sim, wall, f"prefix search: {status}", stats)
+    if not found.complete:
+        return outcome.no_solution(f"the prefix search ended after {found.expansions} expansions without a schedule",
+                                   f"the prefix search ended after {found.expansions} expansions; kept the warm start")
+    if found.order is None:
+        if hint_sim is None:
+            raise InfeasibleBudgetError(f"the prefix search proved that no schedule keeps peak memory within {budget} B")
+        return outcome.better_of(problem, hint, hint_sim, proven=True, hint_proven=True, objective=hint_sim.makespan,
+                                 bound=hint_sim.makespan, proved_hint="the prefix search proved the warm start optimal",
+                                 kept_hint="")
+    schedule = Schedule(order=found.order, streams=found.streams, method="prefixes")
+    sim = validate(problem, schedule, memory_budget=budget)
+    if sim.makespan != found.makespan:
+        raise AssertionError(f"the prefix search's order simulates to {sim.makespan} ns, not {found.makespan}")
+    return outcome.better_of(problem, schedule, sim, proven=True, hint_proven=False, objective=found.makespan,
+                             bound=found.makespan, proved_hint="", kept_hint="")
