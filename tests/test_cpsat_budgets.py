@@ -12,6 +12,7 @@ from oracle import brute_force
 from reorder_shapes import SHAPES
 from solvercast import Machine, Problem, Role, Schedule, Task, simulate, validate
 from solvercast.heuristics import best_heuristic
+from solvercast.solvers import cpsat
 from solvercast.solvers.cpsat import solve_cpsat
 from solvercast.solvers.cpsat_model import MAX_POSITION_PAIRS, CpsatModel
 from solvercast.solvers.result import SolveStatus
@@ -40,10 +41,11 @@ def test_small_shapes_match_brute_force_at_budget_one(shape):
 def test_shapes_are_proven_optimal_at_budget_one(shape):
     """Full size (25-26 tasks): proven optimal from the best heuristic, within a small deterministic
     effort (the program-time model of before proved two of the five in 10 s, issue 16), and never
-    worse than the heuristic."""
+    worse than the heuristic. The model alone: `solve_cpsat` asks the prefix search first on graphs this
+    small (tests/test_prefixes.py checks that both agree)."""
     p = at_original_peak(SHAPES[shape]())
     hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
-    res = solve_cpsat(p, time_limit=10, hint=hint, debug_hint=True)
+    res = cpsat.solve_model(p, time_limit=10, hint=hint, debug_hint=True)
     assert res.status == SolveStatus.OPTIMAL
     assert res.bound == res.makespan <= simulate(p, hint).makespan
     assert res.stats["deterministic_time"] < 0.5
@@ -90,6 +92,7 @@ def test_the_same_schedule_on_every_run(zoo_graph, monkeypatch):
     from solvercast.solvers import cpsat
 
     monkeypatch.setattr(cpsat, "search_rate", lambda kind, constraints: 0.012)
+    monkeypatch.setattr(cpsat, "PREFIX_MAX_TASKS", 0)  # the model and its windows, no prefix search
     p = at_original_peak(extract_problem(zoo_graph("fsdp_layers", layers=2)))
     hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
     first, second = (solve_cpsat(p, time_limit=10, hint=hint) for _ in range(2))
@@ -157,6 +160,7 @@ def test_windows_polish_what_the_model_left(zoo_graph, monkeypatch):
     from solvercast.solvers import cpsat
 
     monkeypatch.setattr(cpsat, "search_rate", lambda kind, constraints: 0.25 if kind == "windows" else 0.012)
+    monkeypatch.setattr(cpsat, "PREFIX_MAX_TASKS", 0)  # the model and its windows, no prefix search
     p = at_original_peak(extract_problem(zoo_graph("fsdp_layers", layers=2)))
     hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
     polished = solve_cpsat(p, time_limit=4, hint=hint)
@@ -173,6 +177,7 @@ def test_the_whole_model_stops_at_its_units_and_leaves_the_rest_to_the_windows(z
     from solvercast.solvers import cpsat
 
     monkeypatch.setattr(cpsat, "WHOLE_MODEL_UNITS", 0.05)
+    monkeypatch.setattr(cpsat, "PREFIX_MAX_TASKS", 0)  # the model and its windows, no prefix search
     p = at_original_peak(extract_problem(zoo_graph("fsdp_layers", layers=2)))
     hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
     res = solve_cpsat(p, time_limit=4, hint=hint)
@@ -202,6 +207,7 @@ def test_a_makespan_at_the_bound_ends_the_solve_before_the_windows(monkeypatch):
     assert optimal.makespan == lower_bounds(p).makespan  # the bound is tight here
     unproven = SolveResult(optimal.schedule, SolveStatus.HINT_KEPT, optimal.simulated, None, None, 0.0)
     monkeypatch.setattr(cpsat, "solve_model", lambda *args, **kwargs: unproven)
+    monkeypatch.setattr(cpsat, "PREFIX_MAX_TASKS", 0)  # the model and its windows, no prefix search
     res = cpsat.solve_cpsat(p, time_limit=5, hint=optimal.schedule)
     assert res is unproven
 

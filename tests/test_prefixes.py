@@ -48,6 +48,27 @@ def test_the_search_finds_the_brute_force_optimum(seed):
         assert search_prefixes(q, upper=best + 1).makespan == best
 
 
+def _mid(seed):
+    """Random 10-23 task programs with more views (a view and its producer may hold the same buffer)."""
+    return random_problem(seed, 10 + seed % 14, sync_overhead=(0, 3, 20)[seed % 3], comm_fraction=0.3,
+                          sync_comm_fraction=0.25 * (seed % 2), comm_streams=1 + (seed % 4 == 1),
+                          preserve_collective_order=seed % 5 != 2, free_fraction=0.15)
+
+
+@pytest.mark.parametrize("seed", range(0, 40, 2))
+def test_the_searchs_orders_hold_the_budget_and_simulate_to_its_makespan(seed):
+    # seed 7 (or 6 with this step): a view freed a buffer its producer also held, counted twice (the search
+    # then issued a collective 6 B over the budget)
+    for s in (seed, seed + 1):
+        p = _mid(s)
+        lo, hi = lower_bounds(p).memory, simulate(p, Schedule.original(p)).peak_memory
+        for budget in (None, (lo + hi) // 2, (3 * lo + hi) // 4):
+            q = p.with_budget(budget)
+            found = search_prefixes(q, max_expansions=200_000)
+            if found.order is not None:
+                assert validate(q, Schedule(order=found.order, streams=found.streams)).makespan == found.makespan
+
+
 def test_the_search_proves_a_warm_start_optimal_and_keeps_it():
     for seed in range(40):
         p = _tiny(seed)
@@ -124,3 +145,30 @@ def test_optimize_with_the_prefix_search_keeps_the_values_and_the_budget(seed):
     assert outcome in ("ok", "refused"), why
     if outcome == "refused":
         assert "memory" in why[0] or "budget" in why[0], why
+
+
+def _feasible(p, schedule):
+    from solvercast.solvers.result import SolveResult
+
+    return SolveResult(schedule, SolveStatus.FEASIBLE, simulate(p, schedule), None, None, 0.0, "", "cpsat's", {})
+
+
+def test_the_time_the_windows_leave_proves_a_small_graphs_schedule_or_finds_the_optimum():
+    from solvercast.solvers import cpsat
+
+    for seed in range(40):
+        p = _tiny(seed)
+        best, _ = brute_force(p)
+        original = Schedule.original(p)
+        if best is not None and simulate(p, original).makespan > best:
+            break
+    got = cpsat._prove_with_prefixes(p, _feasible(p, original), 5.0, None, float("inf"), None, 0.0)
+    assert got.status == SolveStatus.OPTIMAL and got.makespan == best == got.bound
+    assert got.stats["prefix_search"]["complete"] and "cpsat's" in got.message
+    validate(p, got.schedule)
+    # too little time, or too many tasks: the result as it was
+    assert cpsat._prove_with_prefixes(p, _feasible(p, original), 0.1, None, float("inf"), None, 0.0).status \
+        == SolveStatus.FEASIBLE
+    big = random_problem(3, cpsat.PREFIX_MAX_TASKS + 40, free_fraction=0.0)
+    assert cpsat._prove_with_prefixes(big, _feasible(big, Schedule.original(big)), 5.0, None, float("inf"), None,
+                                      0.0).status == SolveStatus.FEASIBLE

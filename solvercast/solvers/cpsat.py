@@ -21,12 +21,13 @@ from ortools.sat.python import cp_model
 
 from solvercast.bounds import lower_bounds
 from solvercast.errors import InfeasibleBudgetError
-from solvercast.problem import Problem
+from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 from solvercast.simulate import simulate, validate
 from solvercast.solvers.common import scale_problem, serial_horizon
 from solvercast.solvers.cpsat_model import CpsatModel, model_horizon_cap
 from solvercast.solvers.result import Outcome, SolveResult, SolveStatus, best_valid
+from solvercast.solvers.prefixes import EXPANSIONS_PER_SECOND, solve_prefixes
 from solvercast.solvers.scope import Scope
 from solvercast.time_budget import SOLVER_BUILD_SECONDS_PER_TASK
 
@@ -203,6 +204,17 @@ POLISH_SECONDS_PER_WINDOW = 0.5
 #: ... and once every window of a size has been tried without a gain, windows (and their seconds) grow by
 #: this factor and start over: a long limit is spent on larger neighbourhoods instead of returning early
 POLISH_GROWTH = 1.5
+#: With time left after the windows (their counted seconds), graphs of up to this many tasks that are not views
+#: get the exact prefix search below the best makespan found: a proof, or a better schedule with one
+#: (results/prefix_search.md). Larger ones do not: FSDP with 2 layers (about 160 such tasks) has too many
+#: prefixes to finish in minutes, and the search finds nothing until it finishes
+PREFIX_MAX_TASKS = 120
+PREFIX_MIN_SECONDS = 0.5
+#: ... and first, before the model, this share of the limit: where it ends (fsdp_layers 2 layers, 65 such tasks,
+#: in 0.6 s where CP-SAT took 5.9 s to its proof) the answer is proven; where it does not, CP-SAT has the rest
+#: (fsdp_tp 1 layer needs 432,000 expansions, 14 s counted: proven at a 60 s limit; at 10 s its model and
+#: windows take 5.3 s of what is left either way)
+PREFIX_SHARE = 0.25
 
 
 def solve_cpsat(
@@ -227,7 +239,10 @@ def solve_cpsat(
     tried without a gain (counted in deterministic time, so every run gives the same schedule; they stop at
     a lower bound) and the better schedule is returned, FEASIBLE when the windows
     improved it (OPTIMAL when they reached a lower bound), with the model's bound; ``stats["polish"]`` says
-    what the windows did. Other options and what the call returns: `solve_model`."""
+    what the windows did. On graphs of up to PREFIX_MAX_TASKS tasks that are not views, the exact prefix
+    search (solvers/prefixes.py) runs first, with PREFIX_SHARE of the limit, and again with the counted
+    seconds the windows leave when they are more, below the makespan found (``stats["prefix_search"]``):
+    when it ends, the result is OPTIMAL. Other options and what the call returns: `solve_model`."""
     whole = (options.get("window") is None and not options.get("fixed_order") and not options.get("left_shift"))
     if not (polish and deterministic and whole and problem.machine.compute_streams == 1):
         return solve_model(problem, time_limit, memory_budget, hint, deterministic=deterministic, deadline=deadline,
@@ -235,6 +250,16 @@ def solve_cpsat(
     from solvercast.solvers.large import seconds_spent, solve_windows  # large builds on this module
 
     started = time.perf_counter()
+    ends = started + time_limit if deadline is None else deadline  # the windows' wall cap (see solve_model)
+    searched = 0.0  # counted seconds of a prefix search that did not end
+    if _prefix_search_fits(problem):
+        exact = solve_prefixes(problem, time_limit * PREFIX_SHARE, memory_budget, hint, deterministic=True,
+                               deadline=ends, progress=progress)
+        if exact.status == SolveStatus.OPTIMAL:
+            return dataclasses.replace(exact, stats=dict(exact.stats, prefix_search=_searched(exact)),
+                                       wall_time=time.perf_counter() - started)
+        searched = exact.stats["expansions"] / EXPANSIONS_PER_SECOND
+        time_limit -= searched
     first = solve_model(problem, time_limit * WHOLE_MODEL_SHARE, memory_budget, hint, deterministic=True,
                         deadline=deadline, progress=progress, max_units=WHOLE_MODEL_UNITS, **options)
     if first.status not in (SolveStatus.FEASIBLE, SolveStatus.HINT_KEPT):
@@ -243,7 +268,6 @@ def solve_cpsat(
     if first.makespan <= bound:
         return first  # at a bound already (a scaled model proves nothing of the problem: synthetic 300 tasks)
     left = time_limit - seconds_spent(first, True)
-    ends = started + time_limit if deadline is None else deadline  # the windows' wall cap (see solve_model)
     polished = solve_windows(problem, first.schedule, left, memory_budget, window=POLISH_WINDOW,
                              per_window=POLISH_SECONDS_PER_WINDOW, deterministic=True, progress=progress,
                              deadline=ends, bound=bound, grow=POLISH_GROWTH)
@@ -251,15 +275,46 @@ def solve_cpsat(
     stats = dict(first.stats, polish=polish,
                  stopped_by_wall_clock=bool(first.stats.get("stopped_by_wall_clock")
                                             or polished.stats.get("stopped_by_wall_clock")))
-    wall = time.perf_counter() - started
     if polished.status == SolveStatus.HINT_KEPT:  # the windows kept the model's schedule
-        return dataclasses.replace(first, stats=stats, wall_time=wall)
-    schedule = dataclasses.replace(polished.schedule, method="cpsat")
-    at_bound = polished.makespan <= bound  # optimal: no schedule is shorter than a lower bound
-    message = "; ".join(m for m in (first.message, polished.message,
-                                    "the windows reached a lower bound: optimal" if at_bound else "") if m)
-    return SolveResult(schedule, SolveStatus.OPTIMAL if at_bound else SolveStatus.FEASIBLE, polished.simulated,
-                       None, first.bound, wall, first.solver_status, message, stats)
+        found = dataclasses.replace(first, stats=stats, wall_time=time.perf_counter() - started)
+    else:
+        schedule = dataclasses.replace(polished.schedule, method="cpsat")
+        at_bound = polished.makespan <= bound  # optimal: no schedule is shorter than a lower bound
+        message = "; ".join(m for m in (first.message, polished.message,
+                                        "the windows reached a lower bound: optimal" if at_bound else "") if m)
+        found = SolveResult(schedule, SolveStatus.OPTIMAL if at_bound else SolveStatus.FEASIBLE, polished.simulated,
+                            None, first.bound, time.perf_counter() - started, first.solver_status, message, stats)
+    seconds_left = polished.stats.get("seconds_left", 0.0)
+    if seconds_left <= searched:  # a search with no more time than the first would end where it did
+        return found
+    return _prove_with_prefixes(problem, found, seconds_left, memory_budget, ends, progress, started)
+
+
+def _prefix_search_fits(problem: Problem) -> bool:
+    return sum(1 for task in problem.tasks if task.role != Role.FREE) <= PREFIX_MAX_TASKS
+
+
+def _searched(exact: SolveResult) -> dict:
+    return {"expansions": exact.stats["expansions"], "complete": exact.status == SolveStatus.OPTIMAL}
+
+
+def _prove_with_prefixes(problem: Problem, found: SolveResult, seconds: float, memory_budget: int | None,
+                         deadline: float, progress, started: float) -> SolveResult:
+    """``found``, or, when the time the windows left suffices and the graph is small enough, what the exact
+    prefix search (solvers/prefixes.py) makes of it below its makespan: a proof that it is optimal, or a
+    better schedule that is."""
+    if found.status == SolveStatus.OPTIMAL or not _prefix_search_fits(problem) or seconds < PREFIX_MIN_SECONDS:
+        return found
+    exact = solve_prefixes(problem, seconds, memory_budget, found.schedule, deterministic=True, deadline=deadline,
+                           progress=progress)
+    stats = dict(found.stats, prefix_search=_searched(exact),
+                 stopped_by_wall_clock=found.stats.get("stopped_by_wall_clock") or exact.stats["stopped_by_wall_clock"])
+    wall = time.perf_counter() - started
+    if exact.status != SolveStatus.OPTIMAL:
+        return dataclasses.replace(found, stats=stats, wall_time=wall)
+    message = "; ".join(m for m in (found.message, exact.message or "the prefix search found the optimum") if m)
+    return dataclasses.replace(exact, stats=stats, wall_time=wall, message=message, bound=exact.makespan,
+                               solver_status=found.solver_status)
 
 
 def solve_model(

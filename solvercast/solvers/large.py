@@ -216,7 +216,7 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
                 queue = window_starts(problem, best, best_sim, window, fruitless)
     wall = time.perf_counter() - started
     stats = {"windows_tried": tried, "windows_improved": improved, "window": largest,
-             "stopped_by_wall_clock": stopped_by_wall}
+             "stopped_by_wall_clock": stopped_by_wall, "seconds_left": max(0.0, left)}
     if best_sim.makespan >= hint_sim.makespan:  # earlier starts alone are no gain to the caller
         return SolveResult(hint, SolveStatus.HINT_KEPT, hint_sim, None, None, wall, "",
                            f"windowed search: no window of up to {largest} tasks lowered the makespan "
