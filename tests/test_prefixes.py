@@ -1,5 +1,7 @@
 """The exact prefix search against brute force, CP-SAT's proofs, its own limits, and `optimize`."""
 
+import itertools
+
 import pytest
 
 from oracle import brute_force
@@ -189,3 +191,51 @@ def test_a_search_whose_first_tenth_predicts_too_much_returns_its_time(monkeypat
     assert not stopped.complete and stopped.stats["predicted_too_long"] and stopped.expansions == at_a_tenth
     # with room for the prediction, the search goes on to its end
     assert search_prefixes(p, max_expansions=whole.expansions).makespan == whole.makespan
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_a_window_search_finds_the_best_order_that_keeps_the_rest(seed):
+    """Brute force over the orders that keep every task outside the window where the given order has it
+    (views aside: the search issues them when ready, which is never worse)."""
+    from oracle import collective_order_ok, topological_orders
+
+    p = _tiny(seed)
+    p = p.with_budget(_budgets(p)[1])
+    base = next(o for o in topological_orders(p) if collective_order_ok(p, o))  # an order to keep parts of
+    choosers = [t for t in range(p.num_tasks) if p.tasks[t].role.value != "free" and len(p.allowed_streams(t)) > 1]
+    free = [t for t in base if p.tasks[t].role.value == "free"]
+    for lo in range(0, len(base) - 2, 2):
+        hi = lo + 3
+        timed = [t for t in base if t not in free]
+        inside = {t for t in base[lo:hi] if t not in free}
+        first = sum(1 for t in base[:lo] if t not in free)
+        best = None
+        for order in topological_orders(p):
+            seq = [t for t in order if t not in free]
+            if set(seq[first:first + len(inside)]) != inside or \
+                    seq[:first] + seq[first + len(inside):] != timed[:first] + timed[first + len(inside):]:
+                continue
+            if not collective_order_ok(p, order):
+                continue
+            for combo in itertools.product(*(p.allowed_streams(t) for t in choosers)):
+                sim = simulate(p, Schedule(order=order, streams=dict(zip(choosers, combo))))
+                if sim.peak_memory <= p.machine.memory_budget and (best is None or sim.makespan < best):
+                    best = sim.makespan
+        found = search_prefixes(p, window=(base, lo, hi))
+        assert found.complete and found.makespan == best, (lo, hi)
+        if best is not None:
+            validate(p, Schedule(order=found.order, streams=found.streams))
+
+
+def test_exact_windows_never_lose_and_a_window_over_everything_is_the_whole_search():
+    from solvercast.solvers.prefixes import improve_by_windows
+
+    for seed in range(6):
+        p = random_problem(seed, 24, comm_fraction=0.25, sync_overhead=3)
+        p = p.with_budget(simulate(p, Schedule.original(p)).peak_memory)
+        original = Schedule.original(p)
+        better, stats = improve_by_windows(p, original, 10**6, size=8)
+        assert validate(p, better).makespan <= simulate(p, original).makespan
+        assert stats["windows_tried"] >= 1
+        whole, _ = improve_by_windows(p, original, 10**7, size=p.num_tasks, per_window=10**7)
+        assert validate(p, whole).makespan == search_prefixes(p).makespan

@@ -117,7 +117,8 @@ class _Tables:
 
 
 def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansions: int | None = None,
-                    deadline: float | None = None, progress: Callable[[str], None] | None = None) -> PrefixSearch:
+                    deadline: float | None = None, progress: Callable[[str], None] | None = None,
+                    window: tuple[tuple[int, ...], int, int] | None = None) -> PrefixSearch:
     """The exact search (module docstring) for a problem with one compute stream, within
     ``problem.machine.memory_budget``, for a makespan below ``upper``. Stops without a proof after
     ``max_expansions`` expansions (or at a tenth of its lengths, when the expansions so far predict more:
@@ -176,12 +177,13 @@ def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansion
     if budget is not None and start_cur > budget or max(remaining) >= upper:
         level = {}
     depth = 0  # prefix length in tasks that take time: the search ends at the number of such tasks
+    allowed = None if window is None else _window_masks(tb, *window)
     checkpoint = max(1, sum(1 for k in kind if k != _VIEW) // 10)
     while level and stopped is None:
         grown: dict[int, tuple] = {}
         for ideal, (cur, issued_comms, rem, ready_tasks, prefixes) in level.items():
             steps = []  # (task, its comm position) of each issue the order and the memory allow
-            candidates = ready_tasks
+            candidates = ready_tasks if allowed is None else ready_tasks & allowed[depth]
             while candidates:
                 low = candidates & -candidates
                 candidates ^= low
@@ -289,7 +291,7 @@ def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansion
                 count += len(kept)
         most = max(most, count)
         depth += 1
-        if (max_expansions is not None and depth == checkpoint
+        if (window is None and max_expansions is not None and depth == checkpoint
                 and expansions * GROWTH_AFTER_A_TENTH > max_expansions):
             stopped = "predicted"  # the rest would not fit: the time goes back to the caller
         if progress is not None and count and time.perf_counter() >= said + PROGRESS_SECONDS:
@@ -310,6 +312,16 @@ def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansion
     return PrefixSearch(tuple(order), streams, max(best[0]), True, expansions, most, seconds, stats)
 
 
+def _window_masks(tb: _Tables, order: tuple[int, ...], lo: int, hi: int) -> list[int]:
+    """Per prefix length, the tasks the search may issue next when only positions [lo, hi) of ``order`` are
+    free: before them the order's own task, inside any task of the window, after them the order's again."""
+    timed = [t for t in order if tb.kind[t] != _VIEW]
+    first = sum(1 for t in order[:lo] if tb.kind[t] != _VIEW)
+    inside = sum(1 << t for t in order[lo:hi] if tb.kind[t] != _VIEW)
+    size = bin(inside).count("1")
+    return [1 << t if not first <= d < first + size else inside for d, t in enumerate(timed)]
+
+
 def _undominated(prefixes: list) -> list:
     """The prefixes no other one of the same set dominates (same kept ends, every time no later); the
     first of equal ones is kept, so the search is deterministic."""
@@ -323,6 +335,44 @@ def _undominated(prefixes: list) -> list:
                    for o in kept):
             kept.append(p)
     return kept
+
+
+def improve_by_windows(problem: Problem, schedule: Schedule, max_expansions: int, *, size: int = 40,
+                       per_window: int = 50_000, deadline: float | None = None,
+                       progress: Callable[[str], None] | None = None) -> tuple[Schedule, dict]:
+    """Exact windows: the prefix search over positions [lo, lo + ``size``) of the schedule's order, the rest kept
+    (`search_prefixes`' ``window``), below its makespan, windows half overlapping from the start, passes
+    repeated while one gains; each window stops after ``per_window`` expansions, all after ``max_expansions``
+    (counted: the same answer on every run). Returns the best schedule (valid, by `validate`) and stats."""
+    budget = problem.machine.memory_budget
+    best, best_sim = schedule, validate(problem, schedule, memory_budget=budget)
+    n = len(schedule.order)
+    spent = tried = improved = 0
+    stopped_by_wall = False
+    gained = True
+    while gained and spent < max_expansions and not stopped_by_wall:
+        gained = False
+        for lo in range(0, max(1, n - size + 1), max(1, size // 2)):
+            if spent >= max_expansions:
+                break
+            if deadline is not None and time.perf_counter() > deadline:
+                stopped_by_wall = True
+                break
+            found = search_prefixes(problem, best_sim.makespan, window=(best.order, lo, min(n, lo + size)),
+                                    max_expansions=min(per_window, max_expansions - spent), deadline=deadline)
+            spent += found.expansions
+            tried += 1
+            stopped_by_wall |= found.stats["stopped_by_wall_clock"]
+            if found.order is None:
+                continue
+            candidate = Schedule(order=found.order, streams=found.streams, method="prefix-windows")
+            best, best_sim = candidate, validate(problem, candidate, memory_budget=budget)
+            improved += 1
+            gained = True
+            if progress is not None:
+                progress(f"  exact window at {lo}: makespan {best_sim.makespan / 1e3:.1f} us")
+    return best, {"windows_tried": tried, "windows_improved": improved, "expansions": spent,
+                  "stopped_by_wall_clock": stopped_by_wall}
 
 
 def solve_prefixes(problem: Problem, time_limit: float = 10.0, memory_budget: int | None = None,
