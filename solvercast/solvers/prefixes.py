@@ -95,8 +95,7 @@ class _Tables:
         for t in range(n):
             for q in self.sync_preds[t]:
                 readers[q].append(t)
-        self.readers = readers
-        # a reader that never needs a stream-0 task's end beyond stream 0's free time
+        # the task's readers never need its end beyond stream 0's free time (when it ran on stream 0)
         self.stream0_reader = [all(self.kind[u] == _LAUNCHED or self.streams[u] == (0,) for u in readers[t])
                                for t in range(n)]
         self.readers_mask = [sum(1 << u for u in readers[t]) for t in range(n)]
@@ -113,7 +112,6 @@ class _Tables:
         # work each stream must still run: tasks that can run on one stream only
         self.work_stream = [s[0] if len(s) == 1 and self.kind[t] != _VIEW else -1
                             for t, s in enumerate(self.streams)]
-
 
 
 def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansions: int | None = None,
