@@ -204,17 +204,18 @@ POLISH_SECONDS_PER_WINDOW = 0.5
 #: ... and once every window of a size has been tried without a gain, windows (and their seconds) grow by
 #: this factor and start over: a long limit is spent on larger neighbourhoods instead of returning early
 POLISH_GROWTH = 1.5
-#: With time left after the windows (their counted seconds), graphs of up to this many tasks that are not views
-#: get the exact prefix search below the best makespan found: a proof, or a better schedule with one
-#: (results/prefix_search.md). Larger ones do not: FSDP with 2 layers (about 160 such tasks) has too many
-#: prefixes to finish in minutes, and the search finds nothing until it finishes
+#: Graphs of up to this many tasks that are not views get the exact prefix search (solvers/prefixes.py,
+#: results/prefix_search.md): a proof, or a better schedule with one. Larger ones do not: FSDP with 2 layers
+#: (about 160 such tasks) has too many prefixes to finish in minutes, and the search finds nothing until it ends
 PREFIX_MAX_TASKS = 120
-PREFIX_MIN_SECONDS = 0.5
-#: ... and first, before the model, this share of the limit: where it ends (fsdp_layers 2 layers, 65 such tasks,
-#: in 0.6 s where CP-SAT took 5.9 s to its proof) the answer is proven; where it does not, CP-SAT has the rest
-#: (fsdp_tp 1 layer needs 432,000 expansions, 14 s counted: proven at a 60 s limit; at 10 s its model and
-#: windows take 5.3 s of what is left either way)
+#: ... first, before the model, with this share of the limit: where it ends (fsdp_layers 2 layers, 65 such
+#: tasks, in 0.6 s where CP-SAT took 5.7 s to its proof) the answer is proven; where it does not, CP-SAT has the
+#: rest (fsdp_tp 1 layer needs 432,000 expansions, 14 s counted: proven at a 60 s limit; at 10 s the search
+#: stops at a tenth of its lengths, `prefixes.GROWTH_AFTER_A_TENTH`, and gives the time back)
 PREFIX_SHARE = 0.25
+#: ... and again below the best makespan found, in the counted seconds the windows leave, when there are at
+#: least this many and more than the first search had
+PREFIX_MIN_SECONDS = 0.5
 #: After the whole model, on the same graphs, exact windows (the prefix search over POLISH_WINDOW positions, the
 #: rest kept) get up to this share of what is left, counted in expansions, and CP-SAT's windows the rest. Not
 #: on larger graphs: from the model's schedule they did not find simple_fsdp 2 layers' gains, and CP-SAT's
@@ -288,23 +289,22 @@ def solve_cpsat(
     stats = dict(first.stats, polish=polish, exact_windows=exact,
                  stopped_by_wall_clock=bool(first.stats.get("stopped_by_wall_clock") or exact["stopped_by_wall_clock"]
                                             or (polished and polished.stats.get("stopped_by_wall_clock"))))
-    if (polished is None or polished.status == SolveStatus.HINT_KEPT) and not exact["windows_improved"]:
+    if polished is not None and polished.status != SolveStatus.HINT_KEPT:
+        final, final_sim = polished.schedule, polished.simulated
+    elif exact["windows_improved"]:
+        final, final_sim = start, start_sim
+    else:  # neither kind of window improved the model's schedule
+        final = final_sim = None
         found = dataclasses.replace(first, stats=stats, wall_time=time.perf_counter() - started)
-    elif polished is None or polished.status == SolveStatus.HINT_KEPT:  # the exact windows' schedule
-        at_bound = start_sim.makespan <= bound
-        message = "; ".join(m for m in (first.message, f"exact windows: {exact['windows_improved']} of "
-                                        f"{exact['windows_tried']} improved",
+    if final is not None:
+        at_bound = final_sim.makespan <= bound  # optimal: no schedule is shorter than a lower bound
+        said = (f"exact windows: {exact['windows_improved']} of {exact['windows_tried']} improved"
+                if exact["windows_improved"] else "")
+        message = "; ".join(m for m in (first.message, said, polished.message if polished else "",
                                         "the windows reached a lower bound: optimal" if at_bound else "") if m)
-        found = SolveResult(dataclasses.replace(start, method="cpsat"),
-                            SolveStatus.OPTIMAL if at_bound else SolveStatus.FEASIBLE, start_sim, None, first.bound,
+        found = SolveResult(dataclasses.replace(final, method="cpsat"),
+                            SolveStatus.OPTIMAL if at_bound else SolveStatus.FEASIBLE, final_sim, None, first.bound,
                             time.perf_counter() - started, first.solver_status, message, stats)
-    else:
-        schedule = dataclasses.replace(polished.schedule, method="cpsat")
-        at_bound = polished.makespan <= bound  # optimal: no schedule is shorter than a lower bound
-        message = "; ".join(m for m in (first.message, polished.message,
-                                        "the windows reached a lower bound: optimal" if at_bound else "") if m)
-        found = SolveResult(schedule, SolveStatus.OPTIMAL if at_bound else SolveStatus.FEASIBLE, polished.simulated,
-                            None, first.bound, time.perf_counter() - started, first.solver_status, message, stats)
     seconds_left = polished.stats.get("seconds_left", 0.0) if polished else left
     if seconds_left <= searched:  # a search with no more time than the first would end where it did
         return found
