@@ -239,3 +239,23 @@ def test_exact_windows_never_lose_and_a_window_over_everything_is_the_whole_sear
         assert stats["windows_tried"] >= 1
         whole, _ = improve_by_windows(p, original, 10**7, size=p.num_tasks, per_window=10**7)
         assert validate(p, whole).makespan == search_prefixes(p).makespan
+
+
+@pytest.mark.parametrize("seed, n, options", [
+    (1268, 12, dict(comm_fraction=0.1, preserve_collective_order=False, free_fraction=0.1, max_preds=3)),
+    (5910, 9, dict(sync_overhead=3, comm_fraction=0.1, sync_comm_fraction=0.4, comm_streams=2,
+                   preserve_collective_order=False, free_fraction=0.1)),
+])
+def test_a_dominated_prefix_wakes_what_its_dominator_had_asleep(seed, n, options):
+    """Found by a review: the sleep sets dropped continuations that only a dominated prefix would have
+    expanded (413 ns for 401, 360 for 321); the optimum from CP-SAT's proof (12 tasks) or brute force."""
+    from solvercast.solvers.cpsat import solve_model
+
+    p = random_problem(seed, n, **options)
+    if n > 9:
+        proof = solve_model(p, time_limit=10)
+        assert proof.status == SolveStatus.OPTIMAL
+        best = proof.makespan
+    else:
+        best, _ = brute_force(p)
+    assert search_prefixes(p).makespan == best
