@@ -210,8 +210,8 @@ POLISH_GROWTH = 1.5
 PREFIX_MAX_TASKS = 120
 #: ... first, before the model, with this share of the limit: where it ends (fsdp_layers 2 layers, 65 such
 #: tasks, in 0.6 s where CP-SAT took 5.7 s to its proof) the answer is proven; where it does not, CP-SAT has the
-#: rest (fsdp_tp 1 layer needs 432,000 expansions, 14 s counted: proven at a 60 s limit; at 10 s the search
-#: stops at a tenth of its lengths, `prefixes.GROWTH_AFTER_A_TENTH`, and gives the time back)
+#: rest (fsdp_tp 1 layer needs 1.09 million expansions, 36 s counted; at 10-60 s the search stops at a tenth of
+#: its lengths, `prefixes.GROWTH_AFTER_A_TENTH`, and gives the time back)
 PREFIX_SHARE = 0.25
 #: ... and again below the best makespan found, in the counted seconds the windows leave, when there are at
 #: least this many and more than the first search had

@@ -21,11 +21,12 @@ no time and no stream and allocate nothing, so an earlier issue only frees memor
 Most orders differ only in which of two stream-0 tasks goes first while both have their inputs; when no
 later task needs either's end and memory allows both orders, the two reach the same prefix. Sleep sets
 (Godefroid's partial-order reduction) expand one of the two orders only: fsdp_tp with 1 layer needs
-431,000 expansions instead of 1.38 million. A task asleep in a prefix is one whose other order an earlier
-sibling path explored; a prefix another one dominates is covered by that one's continuations.
+1.09 million expansions instead of 1.38 million. A task asleep in a prefix is one whose other order an
+earlier sibling path explored; a prefix another one dominates is covered by that one's continuations, so
+the dominator wakes what the dominated one had awake.
 
 The number of sets grows with the graph's width: one FSDP layer (80-95 tasks that take time) is searched
-in 10-15 s, two layers (160, 10 independent parameter chains) are not in minutes. The search stops at
+in 20-25 s, two layers (160, 10 independent parameter chains) are not in minutes. The search stops at
 ``max_expansions`` (counted, so every run gives the same answer) and then proves nothing."""
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ _RUNS, _VIEW, _LAUNCHED = 0, 1, 2
 PROGRESS_SECONDS = 1.0  # a progress line a second at most
 #: A search that has spent more than 1/GROWTH_AFTER_A_TENTH of its expansions on the first tenth of its
 #: prefix lengths stops there (it would not finish in time): the whole searches of results/prefix_search.md
-#: spent 24-60 x what their first tenth took (fsdp_tp 1 layer 18,241 of 431,747; fsdp_layers 2 layers 389 of
-#: 23,219), and the wider graphs grow faster (simple_fsdp 2 layers 198,475 by its seventh of 244)
+#: spent 28-64 x what their first tenth took (fsdp_tp 1 layer 39,558 of 1,094,816 by its 8th of 94 lengths;
+#: simple_fsdp 1 layer 32,950 of 1,005,105 by its 8th of 80; fsdp_layers 2 layers 401 of 25,854 by its 6th of
+#: 64), and the wider graphs grow faster (simple_fsdp 2 layers 198,475 by its 7th of 244)
 GROWTH_AFTER_A_TENTH = 20
 
 
