@@ -259,3 +259,20 @@ def test_a_dominated_prefix_wakes_what_its_dominator_had_asleep(seed, n, options
     else:
         best, _ = brute_force(p)
     assert search_prefixes(p).makespan == best
+
+
+def test_edge_cases_a_review_found():
+    from solvercast.problem import Buffer, Machine, Problem, Role, Task
+
+    # a view issued first frees a freeable input, but the peak counts it before any step
+    tasks = (Task("v", Role.FREE), Task("mm", Role.COMPUTE, duration=10))
+    bufs = (Buffer("x", 100, None, users=(0,), freeable=True), Buffer("y", 10, 1, is_output=True))
+    p = Problem(tasks, (), bufs, Machine(memory_budget=50))
+    assert search_prefixes(p).order is None
+    with pytest.raises(InfeasibleBudgetError):
+        solve_prefixes(p, 1)
+    # views only: the empty schedule's order, not "infeasible"
+    q = Problem((Task("v0", Role.FREE), Task("v1", Role.FREE)), ((0, 1),), (Buffer("x", 8, None, users=(0, 1)),),
+                Machine())
+    found = search_prefixes(q)
+    assert found.complete and found.makespan == 0 and sorted(found.order) == [0, 1]

@@ -174,8 +174,11 @@ def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansion
     said = started
     finished = []
     stopped = None
-    if budget is not None and start_cur > budget or max(remaining) >= upper:
+    # the engine's peak counts the inputs resident before any step, whatever the first views free
+    if budget is not None and problem.initial_resident_bytes > budget or max(remaining) >= upper:
         level = {}
+    elif start_ideal == full:  # views only: the first views are the whole order
+        finished, level = level[start_ideal][4], {}
     depth = 0  # prefix length in tasks that take time: the search ends at the number of such tasks
     allowed = None if window is None else _window_masks(tb, *window)
     checkpoint = max(1, sum(1 for k in kind if k != _VIEW) // 10)
