@@ -159,8 +159,9 @@ def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansion
     for t in range(n):
         if tb.work_stream[t] >= 0:
             remaining[tb.work_stream[t]] += dur[t]
-    # a prefix: (times, keys, ends, node) with times the streams' free times, keys the (task, stream) of the
-    # kept ends, node (parent node, issued tasks, stream choices) to read the order back
+    # a prefix: (times, keys, ends, node, asleep) with times the streams' free times, keys the (task, stream) of
+    # the kept ends, node (parent node, issued tasks, stream choices) to read the order back, asleep the mask of
+    # its sleep set
     start_ideal, start_cur = 0, problem.initial_resident_bytes
     start_ready = sum(1 << t for t in range(n) if not tb.preds_mask[t] and kind[t] != _VIEW)
     first_views: list[int] = []
