@@ -118,9 +118,11 @@ class _Tables:
 
 def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansions: int | None = None,
                     deadline: float | None = None, progress: Callable[[str], None] | None = None,
-                    window: tuple[tuple[int, ...], int, int] | None = None) -> PrefixSearch:
+                    window: tuple[tuple[int, ...], int, int] | None = None,
+                    memory_from: int | None = None) -> PrefixSearch:
     """The exact search (module docstring) for a problem with one compute stream, within
-    ``problem.machine.memory_budget``, for a makespan below ``upper``. Stops without a proof after
+    ``problem.machine.memory_budget`` (from task ``memory_from``'s step on, when given: the relaxations of
+    solvers/cuts.py), for a makespan below ``upper``. Stops without a proof after
     ``max_expansions`` expansions (or at a tenth of its lengths, when the expansions so far predict more:
     GROWTH_AFTER_A_TENTH), or when the wall clock passes ``deadline`` (a `time.perf_counter` reading;
     ``stats["stopped_by_wall_clock"]``)."""
@@ -176,7 +178,7 @@ def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansion
     finished = []
     stopped = None
     # the engine's peak counts the inputs resident before any step, whatever the first views free
-    if budget is not None and problem.initial_resident_bytes > budget or max(remaining) >= upper:
+    if memory_from is None and budget is not None and problem.initial_resident_bytes > budget or max(remaining) >= upper:
         level = {}
     elif start_ideal == full:  # views only: the first views are the whole order
         finished, level = level[start_ideal][4], {}
@@ -186,6 +188,7 @@ def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansion
     while level and stopped is None:
         grown: dict[int, tuple] = {}
         for ideal, (cur, issued_comms, rem, ready_tasks, prefixes) in level.items():
+            checked = memory_from is None or ideal >> memory_from & 1  # the budget holds at these steps
             steps = []  # (task, its comm position) of each issue the order and the memory allow
             candidates = ready_tasks if allowed is None else ready_tasks & allowed[depth]
             while candidates:
@@ -195,7 +198,7 @@ def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansion
                 pos = tb.order_pos.get(t)
                 if pos is not None and pos != issued_comms:
                     continue
-                if budget is not None and cur + tb.alloc[t] > budget:
+                if budget is not None and (checked or t == memory_from) and cur + tb.alloc[t] > budget:
                     continue
                 steps.append((t, pos))
             issued: dict[int, tuple] = {}  # task -> (set, bytes after, ready, views, work left), when asked
@@ -241,7 +244,8 @@ def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansion
                             low = maybe & -maybe
                             maybe ^= low
                             c = low.bit_length() - 1
-                            if budget is None or (new_cur + tb.alloc[c] <= budget and issue_now(c)[1] + tb.alloc[t] <= budget):
+                            if budget is None or not checked or (new_cur + tb.alloc[c] <= budget
+                                                                 and issue_now(c)[1] + tb.alloc[t] <= budget):
                                 child_asleep |= low
                     entry = grown.get(new_ideal)
                     if entry is None:

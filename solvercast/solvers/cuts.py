@@ -1,0 +1,136 @@
+"""Lower bounds that see the memory budget: cut the program at a collective's launch and solve the rest
+exactly (the prefix search, solvers/prefixes.py, on a relaxation).
+
+One compute stream, collective order kept. Cut at asynchronous collective c: every task that is issued before
+c's launch point in *every* order (A: the ancestors of c and of the comm tasks before it in the kept order,
+those included) is replaced by one first task, the prefix, that runs A's compute work and produces every
+buffer of A that a later task holds (or that is an output); the waits of the collectives in A become views
+(they only release what they hold, at once); what A alone holds is left out. Memory is checked only from c's
+launch on (`search_prefixes(memory_from=)`): there all of A has been issued in any schedule.
+
+Why its optimum bounds the problem's: take any schedule, keep its order without A, the prefix first. Before
+the launch, stream 0 has run all of A's compute work and the rest it issued there (X), so the prefix and X end
+no later than the real launch point, and the comm streams (their collectives all in A) are free: from the
+launch on every task starts no later (the placement is monotone), so the makespan is no larger. From the
+launch on the bytes resident are the real ones restricted to the kept buffers, each freed no later (fewer
+holders). Before it, nothing is checked. The relaxation keeps the memory-forced idle of everything after the
+cut, which no bound of `bounds.py` sees: simple_fsdp 2 layers' memory-forced idle, for one, is 268.58 us
+against their 262.15 (results/cut_bounds.md).
+
+The cuts are searched from the last collective backwards: a later cut is cheaper and weaker, and the cost
+grows about geometrically towards the front, so the whole walk costs about what its earliest finished cut
+does. A cut whose search would not finish in what is left stops at a tenth of its lengths
+(`prefixes.GROWTH_AFTER_A_TENTH`) and the walk goes on with the next one."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from solvercast.problem import Buffer, Problem, Role, Task
+from solvercast.solvers.prefixes import search_prefixes
+
+
+@dataclass(frozen=True)
+class CutBound:
+    """What `cut_bound` proved: ``bound`` (0: nothing) from the cut at collective ``cut`` (its name);
+    ``proven`` when a cut's relaxation has no schedule below ``upper`` (then ``bound`` is ``upper``)."""
+
+    bound: int
+    cut: str | None
+    proven: bool
+    expansions: int
+    cuts_tried: int
+    cuts_finished: int
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return {"bound": self.bound, "cut": self.cut, "proven": self.proven, "expansions": self.expansions,
+                "cuts_tried": self.cuts_tried, "cuts_finished": self.cuts_finished}
+
+
+def not_applicable(problem: Problem) -> str | None:
+    """Why cut bounds do not apply to ``problem`` (None: they do)."""
+    if problem.machine.compute_streams != 1:
+        return "several compute streams"
+    if not problem.preserve_collective_order:
+        return "a free collective order (no task must precede a launch but its ancestors)"
+    if not problem.async_chain:
+        return "no asynchronous collective to cut at"
+    return None
+
+
+def cut_relaxation(problem: Problem, c: int) -> tuple[Problem, int]:
+    """The relaxation of ``problem`` cut at asynchronous collective ``c``'s launch (module docstring), and c's
+    id in it: search it with ``memory_from`` that id."""
+    n = problem.num_tasks
+    comm = list(problem.comm_tasks)
+    before = [False] * n  # A
+    stack = list(comm[:comm.index(c) + 1])
+    while stack:
+        t = stack.pop()
+        if not before[t]:
+            before[t] = True
+            stack.extend(problem.preds[t])
+    before[c] = False
+    released = {problem.wait_of[q] for q in problem.async_chain if before[q]}  # waits of the collectives in A
+    producers = {buf.producer for buf in problem.buffers if buf.producer is not None}
+    kept = [t for t in range(n) if not before[t]]
+    new = {t: i + 1 for i, t in enumerate(kept)}
+    work = sum(task.duration for t, task in enumerate(problem.tasks) if before[t] and task.role == Role.COMPUTE)
+    tasks = [Task("prefix", Role.COMPUTE, duration=work, movable=False)]
+    for t in kept:
+        task = problem.tasks[t]
+        if t in released:  # its collective is gone: it only releases what it holds (a view, unless it allocates)
+            task = Task(task.name, Role.COMPUTE if t in producers else Role.FREE, duration=0, op=task.op)
+        elif task.role == Role.WAIT:
+            task = Task(task.name, Role.WAIT, waits_for=new[task.waits_for], op=task.op)
+        tasks.append(task)
+    edges = [(0, new[t]) for t in kept] + [(new[u], new[v]) for u, v in problem.edges if u in new and v in new]
+    buffers = []
+    for b, buf in enumerate(problem.buffers):
+        users = tuple(new[u] for u in problem.buffer_users[b] if u in new)  # holders: the waits among them
+        if buf.producer is None:
+            if buf.freeable and problem.buffer_users[b] and not users:
+                continue  # freed in A
+            buffers.append(Buffer(buf.name, buf.size, None, users, freeable=buf.freeable))
+        elif buf.producer in new:
+            buffers.append(Buffer(buf.name, buf.size, new[buf.producer], users, is_output=buf.is_output))
+        elif buf.size and (buf.is_output or users):  # made in A, held after the cut: the prefix makes it
+            buffers.append(Buffer(buf.name, buf.size, 0, users, is_output=buf.is_output))
+    relaxed = Problem(tuple(tasks), tuple(edges), tuple(buffers), problem.machine, True,
+                      f"{problem.name} cut at {problem.tasks[c].name}")
+    return relaxed, new[c]
+
+
+def cut_bound(problem: Problem, upper: int, max_expansions: int, *, deadline: float | None = None,
+              progress: Callable[[str], None] | None = None) -> CutBound:
+    """The best bound of the cuts at ``problem``'s asynchronous collectives, last first, within
+    ``max_expansions`` expansions of the prefix search in all (counted: the same answer on every run) or
+    until ``deadline`` (the wall clock; what was proven by then holds). Stops as soon as a cut proves
+    ``upper`` (no schedule of the relaxation ends before it: one of ``upper`` is optimal)."""
+    started = time.perf_counter()
+    why = not_applicable(problem)
+    if why:
+        return CutBound(0, None, False, 0, 0, 0, 0.0)
+    best, best_cut, spent, tried, finished = 0, None, 0, 0, 0
+    for c in reversed(problem.async_chain):
+        left = max_expansions - spent
+        if left <= 0 or (deadline is not None and time.perf_counter() > deadline):
+            break
+        relaxed, launch = cut_relaxation(problem, c)
+        found = search_prefixes(relaxed, upper, max_expansions=left, deadline=deadline, memory_from=launch)
+        spent += found.expansions
+        tried += 1
+        if not found.complete:
+            continue
+        finished += 1
+        value = upper if found.order is None else found.makespan
+        if value > best:
+            best, best_cut = value, problem.tasks[c].name
+            if progress is not None:
+                progress(f"cut bound: {best / 1e3:.2f} us from the cut at {best_cut}")
+        if best >= upper:
+            break
+    return CutBound(best, best_cut, best >= upper, spent, tried, finished, time.perf_counter() - started)

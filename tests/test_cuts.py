@@ -1,0 +1,133 @@
+"""Cut bounds (solvers/cuts.py): every cut's relaxation is never above the optimum (brute force, the exact
+search), and on real graphs they see the memory-forced idle that `lower_bounds` does not."""
+
+import dataclasses
+
+import pytest
+
+from oracle import brute_force
+from solvercast.bounds import lower_bounds
+from solvercast.extract import extract_problem
+from solvercast.heuristics import best_heuristic
+from solvercast.models import build
+from solvercast.problem import Buffer, Machine, Problem, Role, Task
+from solvercast.schedule import Schedule
+from solvercast.simulate import simulate
+from solvercast.solvers.cuts import cut_bound, cut_relaxation, not_applicable
+from solvercast.solvers.prefixes import search_prefixes
+from solvercast.testing import random_problem
+
+
+def _tiny(seed):
+    """Random 6-8 task programs with a kept collective order, syncs, synchronous collectives, two comm streams;
+    odd seeds have freeable inputs (a relaxation must drop the inputs the cut frees)."""
+    p = random_problem(seed, 6 + seed % 3, sync_overhead=4 * (seed % 3 == 0), comm_fraction=0.35,
+                       sync_comm_fraction=0.25 * (seed % 4 == 3), comm_streams=1 + (seed % 4 == 1))
+    if seed % 2:
+        p = _freeable_inputs(p)
+    return p
+
+
+def _freeable_inputs(p: Problem) -> Problem:
+    buffers = tuple(dataclasses.replace(b, freeable=True) if b.producer is None else b for b in p.buffers)
+    return Problem(p.tasks, p.edges, buffers, p.machine, p.preserve_collective_order, p.name)
+
+
+def _budgets(p):
+    """No budget, and two between the memory bound and the original order's peak (they bind)."""
+    lo = lower_bounds(p).memory
+    hi = simulate(p, Schedule.original(p)).peak_memory
+    return [None, (lo + hi) // 2, lo + (hi - lo) // 4]
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_every_cut_stays_at_or_below_the_brute_force_optimum(seed):
+    p = _tiny(seed)
+    for budget in _budgets(p):
+        q = p.with_budget(budget)
+        best, _ = brute_force(q)
+        if best is None:
+            continue
+        for c in q.async_chain:
+            relaxed, launch = cut_relaxation(q, c)
+            found = search_prefixes(relaxed, memory_from=launch)
+            assert found.complete and found.order is not None
+            assert found.makespan <= best, (q.tasks[c].name, found.makespan, best)
+        assert cut_bound(q, best + 1, 10**6).bound <= best
+        at = cut_bound(q, best, 10**6)  # a proof of the optimum is allowed, nothing above it
+        assert at.bound <= best and (not at.proven or at.bound == best)
+
+
+def test_cuts_prove_more_than_the_bounds_on_tiny_programs():
+    """Not vacuous: on the programs above some cut proves a bound above `lower_bounds`, some the optimum."""
+    above = optimal = 0
+    for seed in range(60):
+        p = _tiny(seed)
+        for budget in _budgets(p)[1:]:
+            q = p.with_budget(budget)
+            best, _ = brute_force(q)
+            if best is None or not q.async_chain:
+                continue
+            found = cut_bound(q, best, 10**6)
+            above += found.bound > lower_bounds(q).makespan
+            optimal += found.proven
+    assert above >= 3 and optimal >= 3, (above, optimal)
+
+
+def _mid(seed):
+    return random_problem(seed, 12 + seed % 10, sync_overhead=(0, 3, 20)[seed % 3], comm_fraction=0.3,
+                          sync_comm_fraction=0.25 * (seed % 2), comm_streams=1 + (seed % 4 == 1), free_fraction=0.15)
+
+
+@pytest.mark.parametrize("seed", range(0, 24, 2))
+def test_cut_bounds_stay_below_the_exact_optimum_on_mid_size_programs(seed):
+    p = _mid(seed)
+    if seed % 4 == 2:
+        p = _freeable_inputs(p)
+    hi = simulate(p, Schedule.original(p)).peak_memory
+    q = p.with_budget((lower_bounds(p).memory + hi) // 2)
+    optimum = search_prefixes(q)
+    assert optimum.complete
+    if optimum.order is None:
+        return
+    found = cut_bound(q, optimum.makespan + 1, 10**6)
+    assert found.bound <= optimum.makespan
+
+
+def test_the_cut_bound_sees_memory_forced_idle_on_simple_fsdp():
+    """One layer of FSDP from DTensor parametrizations at its original peak: the waits of the gradient
+    reduce-scatters must come early to free memory, and the compute stream idles there. `lower_bounds` is the
+    compute work; a cut after the forward sees more, and stays below every schedule found."""
+    p = extract_problem(build("simple_fsdp", layers=1))
+    p = p.with_budget(max(simulate(p, Schedule.original(p)).peak_memory, lower_bounds(p).memory))
+    heuristic = simulate(p, best_heuristic(p, p.machine.memory_budget)).makespan
+    found = cut_bound(p, heuristic, 60_000)
+    assert found.bound > lower_bounds(p).makespan
+    assert found.bound < heuristic and not found.proven
+    assert found.cuts_finished >= 2 and found.expansions <= 60_000 + 1
+
+
+def test_cut_bounds_do_not_apply_without_one_compute_stream_and_a_kept_order():
+    assert not_applicable(random_problem(3, 10, compute_streams=2, comm_fraction=0.3))
+    free = random_problem(3, 10, comm_fraction=0.3, preserve_collective_order=False)
+    assert not_applicable(free) and cut_bound(free, 10**9, 1000).bound == 0
+    some = random_problem(3, 10)
+    compute_only = Problem((Task("a", Role.COMPUTE, duration=5),), (), (), some.machine, True, "compute only")
+    assert not_applicable(compute_only) and cut_bound(compute_only, 10, 1000).bound == 0
+
+
+def test_an_input_the_cut_frees_is_not_resident_after_it():
+    """A freeable input X (100 B) read only by a, which feeds collective c; after c's wait, b allocates 100 B
+    under a budget of 150: X must be gone by then, as it is in the problem (freed after a). A relaxation that
+    kept X (no holder left after the cut: never freed) would find no schedule and 'prove' any bound."""
+    tasks = (Task("a", Role.COMPUTE, 10), Task("c", Role.COMM, 20), Task("w", Role.WAIT, waits_for=1),
+             Task("b", Role.COMPUTE, 10))
+    buffers = (Buffer("X", 100, None, (0,), freeable=True), Buffer("a_out", 10, 0, (1,)),
+               Buffer("c_out", 10, 1, (2, 3)), Buffer("b_out", 100, 3, (), is_output=True))
+    p = Problem(tasks, ((0, 1), (1, 2), (2, 3)), buffers, Machine(memory_budget=150))
+    best, _ = brute_force(p)
+    assert best is not None
+    relaxed, launch = cut_relaxation(p, 1)
+    assert "X" not in {b.name for b in relaxed.buffers}
+    found = cut_bound(p, best + 1, 10_000)
+    assert found.cuts_finished == 1 and found.bound <= best
