@@ -2,6 +2,7 @@
 search), and on real graphs they see the memory-forced idle that `lower_bounds` does not."""
 
 import dataclasses
+import time
 
 import pytest
 
@@ -131,3 +132,58 @@ def test_an_input_the_cut_frees_is_not_resident_after_it():
     assert "X" not in {b.name for b in relaxed.buffers}
     found = cut_bound(p, best + 1, 10_000)
     assert found.cuts_finished == 1 and found.bound <= best
+
+
+def _fsdp_tp_one_layer():
+    p = extract_problem(build("fsdp_tp", layers=1))
+    return p.with_budget(max(simulate(p, Schedule.original(p)).peak_memory, lower_bounds(p).memory))
+
+
+def _bound_by_cuts(p, schedule, seconds=60.0):
+    from solvercast.solvers.cpsat import _bound_by_cuts
+    from solvercast.solvers.result import SolveResult, SolveStatus
+
+    found = SolveResult(schedule, SolveStatus.FEASIBLE, simulate(p, schedule), None, None, 0.0)
+    return _bound_by_cuts(p, found, time.perf_counter() + seconds, None, time.perf_counter())
+
+
+def test_the_last_step_of_solve_cpsat_proves_brute_force_optima():
+    """`_bound_by_cuts` (what `solve_cpsat` does last) on brute-force optima: OPTIMAL exactly when a cut
+    proves it, the schedule kept, never a bound above the optimum; some are proven."""
+    from solvercast.solvers.result import SolveStatus
+
+    proven = 0
+    for seed in range(40):
+        p = _tiny(seed)
+        for budget in _budgets(p)[1:]:
+            q = p.with_budget(budget)
+            best, schedule = brute_force(q)
+            if best is None or not q.async_chain:
+                continue
+            got = _bound_by_cuts(q, schedule)
+            assert got.schedule is schedule and (got.bound or 0) <= best
+            assert (got.status == SolveStatus.OPTIMAL) == cut_bound(q, best, 10**6).proven
+            proven += got.status == SolveStatus.OPTIMAL
+    assert proven >= 3
+
+
+def test_the_cut_bound_sees_the_backward_idle_of_fsdp_tp():
+    """fsdp_tp with one layer: exact windows from the heuristic, then the cuts: a bound above `lower_bounds`
+    (the compute work) and at most the schedule's makespan, the schedule kept."""
+    from solvercast.solvers.prefixes import improve_by_windows
+
+    p = _fsdp_tp_one_layer()
+    schedule, _ = improve_by_windows(p, best_heuristic(p, p.machine.memory_budget), 100_000)
+    got = _bound_by_cuts(p, schedule, seconds=3.0)  # the cuts after the forward take about 0.5 s
+    assert got.schedule is schedule
+    assert lower_bounds(p).makespan < got.bound <= simulate(p, schedule).makespan
+
+
+@pytest.mark.heavy
+def test_the_cut_proof_agrees_with_the_exact_search_on_fsdp_tp_one_layer():
+    """The whole prefix search (about 20 s) finds the same optimum the cut proves."""
+    p = _fsdp_tp_one_layer()
+    optimum = search_prefixes(p)
+    assert optimum.complete
+    assert cut_bound(p, optimum.makespan, 200_000).proven
+    assert cut_bound(p, optimum.makespan + 1, 200_000).bound == optimum.makespan

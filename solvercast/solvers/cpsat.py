@@ -27,6 +27,7 @@ from solvercast.simulate import simulate, validate
 from solvercast.solvers.common import scale_problem, serial_horizon
 from solvercast.solvers.cpsat_model import CpsatModel, model_horizon_cap
 from solvercast.solvers.result import Outcome, SolveResult, SolveStatus, best_valid
+from solvercast.solvers.cuts import cut_bound
 from solvercast.solvers.prefixes import EXPANSIONS_PER_SECOND, improve_by_windows, solve_prefixes
 from solvercast.solvers.scope import Scope
 from solvercast.time_budget import SOLVER_BUILD_SECONDS_PER_TASK
@@ -221,6 +222,13 @@ PREFIX_MIN_SECONDS = 0.5
 #: on larger graphs: from the model's schedule they did not find simple_fsdp 2 layers' gains, and CP-SAT's
 #: windows with 30% less time ended at 276.6 us instead of 270.6 (results/prefix_search.md)
 EXACT_WINDOWS_SHARE = 0.3
+#: Cut bounds (solvers/cuts.py: the memory-forced idle after a collective's launch, solved exactly) run last,
+#: in the wall-clock seconds left when there are at least this many (their share of the windows' time made
+#: worse schedules: fsdp_tp 2 layers 278.9 -> 282.0 us, simple_fsdp 270.6 -> 276.6 at 10 s) ...
+CUT_MIN_SECONDS = 0.2
+#: ... counted at this rate only for the search's own stop at a tenth of its lengths (the clock ends the walk):
+#: the cuts' relaxations ran at 44,000-83,000 expansions a second on the quiet 2-core machine
+CUT_EXPANSIONS_PER_SECOND = 60_000
 
 
 def solve_cpsat(
@@ -274,10 +282,11 @@ def solve_cpsat(
     if first.makespan <= bound:
         return first  # at a bound already (a scaled model proves nothing of the problem: synthetic 300 tasks)
     left = time_limit - seconds_spent(first, True)
+    budgeted = problem if memory_budget is None else problem.with_budget(memory_budget)
     # on small graphs exact windows first (cheap where CP-SAT's are weak: fsdp_tp 1 layer 155.3 -> 142.5 us in
     # 0.3 s), then CP-SAT's windows from what they reached
-    budgeted = problem if memory_budget is None else problem.with_budget(memory_budget)
-    expansions = int(left * EXACT_WINDOWS_SHARE * EXPANSIONS_PER_SECOND) if _prefix_search_fits(problem) else 0
+    small = _prefix_search_fits(problem)
+    expansions = int(left * EXACT_WINDOWS_SHARE * EXPANSIONS_PER_SECOND) if small else 0
     start, exact = improve_by_windows(budgeted, first.schedule, expansions, size=POLISH_WINDOW, deadline=ends,
                                       progress=progress)
     left -= exact["expansions"] / EXPANSIONS_PER_SECOND
@@ -285,30 +294,62 @@ def solve_cpsat(
     polished = solve_windows(problem, start, left, memory_budget, window=POLISH_WINDOW,
                              per_window=POLISH_SECONDS_PER_WINDOW, deterministic=True, progress=progress,
                              deadline=ends, bound=bound, grow=POLISH_GROWTH) if start_sim.makespan > bound else None
-    polish = {k: polished.stats.get(k) for k in ("windows_tried", "windows_improved", "window")} if polished else {}
-    stats = dict(first.stats, polish=polish, exact_windows=exact,
-                 stopped_by_wall_clock=bool(first.stats.get("stopped_by_wall_clock") or exact["stopped_by_wall_clock"]
-                                            or (polished and polished.stats.get("stopped_by_wall_clock"))))
+    seconds_left = polished.stats.get("seconds_left", 0.0) if polished else left
     if polished is not None and polished.status != SolveStatus.HINT_KEPT:
         final, final_sim = polished.schedule, polished.simulated
     elif exact["windows_improved"]:
         final, final_sim = start, start_sim
     else:  # neither kind of window improved the model's schedule
-        final = final_sim = None
+        final, final_sim = None, first.simulated
+    late = {"windows_tried": 0, "windows_improved": 0, "expansions": 0, "stopped_by_wall_clock": False}
+    if not small and seconds_left >= PREFIX_MIN_SECONDS and final_sim.makespan > bound:
+        # larger graphs: exact windows from what CP-SAT's reached, in the counted seconds they left
+        got, late = improve_by_windows(budgeted, final or first.schedule, int(seconds_left * EXPANSIONS_PER_SECOND),
+                                       size=POLISH_WINDOW, deadline=ends, progress=progress)
+        seconds_left = 0.0
+        if late["windows_improved"]:
+            final, final_sim = got, validate(problem, got, memory_budget=memory_budget)
+    polish = {k: polished.stats.get(k) for k in ("windows_tried", "windows_improved", "window")} if polished else {}
+    stats = dict(first.stats, polish=polish, exact_windows=exact, late_exact_windows=late,
+                 stopped_by_wall_clock=bool(first.stats.get("stopped_by_wall_clock") or exact["stopped_by_wall_clock"]
+                                            or late["stopped_by_wall_clock"]
+                                            or (polished and polished.stats.get("stopped_by_wall_clock"))))
+    if final is None:
         found = dataclasses.replace(first, stats=stats, wall_time=time.perf_counter() - started)
-    if final is not None:
+    else:
         at_bound = final_sim.makespan <= bound  # optimal: no schedule is shorter than a lower bound
-        said = (f"exact windows: {exact['windows_improved']} of {exact['windows_tried']} improved"
-                if exact["windows_improved"] else "")
-        message = "; ".join(m for m in (first.message, said, polished.message if polished else "",
-                                        "the windows reached a lower bound: optimal" if at_bound else "") if m)
+        message = "; ".join(m for m in (
+            first.message, _windows_said("exact windows", exact), polished.message if polished else "",
+            _windows_said("exact windows after them", late),
+            "the windows reached a lower bound: optimal" if at_bound else "") if m)
         found = SolveResult(dataclasses.replace(final, method="cpsat"),
                             SolveStatus.OPTIMAL if at_bound else SolveStatus.FEASIBLE, final_sim, None, first.bound,
                             time.perf_counter() - started, first.solver_status, message, stats)
-    seconds_left = polished.stats.get("seconds_left", 0.0) if polished else left
-    if seconds_left <= searched:  # a search with no more time than the first would end where it did
+    if seconds_left > searched:  # a search with no more time than the first would end where it did
+        found = _prove_with_prefixes(problem, found, seconds_left, memory_budget, ends, progress, started)
+    return _bound_by_cuts(budgeted, found, ends, progress, started)
+
+
+def _bound_by_cuts(problem: Problem, found: SolveResult, deadline: float, progress, started: float) -> SolveResult:
+    """``found`` with the best cut bound (solvers/cuts.py) proven until ``deadline``: OPTIMAL when one proves
+    its makespan. It runs in the wall-clock time the schedule's search left (the user's, unused otherwise): the
+    schedule is the same on every run, while a slower run may prove less."""
+    seconds = deadline - time.perf_counter()
+    if found.status == SolveStatus.OPTIMAL or found.schedule is None or seconds < CUT_MIN_SECONDS:
         return found
-    return _prove_with_prefixes(problem, found, seconds_left, memory_budget, ends, progress, started)
+    cut = cut_bound(problem, found.makespan, int(seconds * CUT_EXPANSIONS_PER_SECOND), deadline=deadline,
+                    progress=progress)
+    stats = dict(found.stats, cut_bound=cut.to_dict())
+    wall = time.perf_counter() - started
+    if cut.proven:
+        message = f"{found.message}; the cut bound at {cut.cut} proves it optimal"
+        return dataclasses.replace(found, status=SolveStatus.OPTIMAL, bound=found.makespan, stats=stats,
+                                   message=message, wall_time=wall)
+    return dataclasses.replace(found, bound=max(found.bound or 0, cut.bound) or None, stats=stats, wall_time=wall)
+
+
+def _windows_said(what: str, stats: dict) -> str:
+    return f"{what}: {stats['windows_improved']} of {stats['windows_tried']} improved" if stats["windows_improved"] else ""
 
 
 def _prefix_search_fits(problem: Problem) -> bool:
