@@ -20,12 +20,15 @@ from solvercast.testing import random_problem
 
 
 def _tiny(seed):
-    """Random 6-8 task programs with a kept collective order, syncs, synchronous collectives, two comm streams;
-    odd seeds have freeable inputs (a relaxation must drop the inputs the cut frees)."""
-    p = random_problem(seed, 6 + seed % 3, sync_overhead=4 * (seed % 3 == 0), comm_fraction=0.35,
-                       sync_comm_fraction=0.25 * (seed % 4 == 3), comm_streams=1 + (seed % 4 == 1))
+    """Random 6-8 task programs with a kept collective order, syncs, synchronous collectives, two comm streams
+    and two process groups; odd seeds have freeable inputs (a relaxation must drop the inputs the cut frees)."""
+    p = random_problem(seed, 6 + seed % 3, sync_overhead=(0, 4, 20)[seed % 3], comm_fraction=0.35,
+                       sync_comm_fraction=0.3 * (seed % 4 != 0), comm_streams=1 + (seed % 4 == 1))
     if seed % 2:
         p = _freeable_inputs(p)
+    if seed % 3 == 2:  # two process groups: each comm stream runs its own
+        tasks = tuple(dataclasses.replace(t, group=i % 2) if t.role == Role.COMM else t for i, t in enumerate(p.tasks))
+        p = Problem(tasks, p.edges, p.buffers, dataclasses.replace(p.machine, comm_streams=2), True, p.name)
     return p
 
 
@@ -187,3 +190,17 @@ def test_the_cut_proof_agrees_with_the_exact_search_on_fsdp_tp_one_layer():
     assert optimum.complete
     assert cut_bound(p, optimum.makespan, 200_000).proven
     assert cut_bound(p, optimum.makespan + 1, 200_000).bound == optimum.makespan
+
+
+def test_a_synchronous_collective_on_a_comm_stream_keeps_its_early_start():
+    """Found by a review: a synchronous collective on its own comm stream starts when its inputs are ready, not
+    at its program position; after the prefix by a dependency it paid a cross-stream sync the problem does
+    not, and the relaxation ended 20 ns above the optimum."""
+    tasks = (Task("coll", Role.COMM, 10, group=0), Task("w", Role.WAIT, waits_for=0),
+             Task("sync", Role.COMM, 100, group=1), Task("op", Role.COMPUTE, 100))
+    p = Problem(tasks, ((0, 1),), (), Machine(comm_streams=2, sync_overhead=20))
+    assert not p.is_async_comm(2) and len(p.allowed_streams(2)) == 2
+    best, _ = brute_force(p)
+    relaxed, launch = cut_relaxation(p, 0)
+    found = search_prefixes(relaxed, memory_from=launch)
+    assert found.makespan <= best
