@@ -14,7 +14,7 @@ from solvercast.models import build
 from solvercast.problem import Buffer, Machine, Problem, Role, Task
 from solvercast.schedule import Schedule
 from solvercast.simulate import simulate
-from solvercast.solvers.cuts import cut_bound, cut_relaxation, not_applicable
+from solvercast.solvers.cuts import cut_bound, cut_relaxation, cuttable, not_applicable
 from solvercast.solvers.prefixes import search_prefixes
 from solvercast.testing import random_problem
 
@@ -192,15 +192,35 @@ def test_the_cut_proof_agrees_with_the_exact_search_on_fsdp_tp_one_layer():
     assert cut_bound(p, optimum.makespan + 1, 200_000).bound == optimum.makespan
 
 
-def test_a_synchronous_collective_on_a_comm_stream_keeps_its_early_start():
-    """Found by a review: a synchronous collective on its own comm stream starts when its inputs are ready, not
-    at its program position; after the prefix by a dependency it paid a cross-stream sync the problem does
-    not, and the relaxation ended 20 ns above the optimum."""
-    tasks = (Task("coll", Role.COMM, 10, group=0), Task("w", Role.WAIT, waits_for=0),
-             Task("sync", Role.COMM, 100, group=1), Task("op", Role.COMPUTE, 100))
-    p = Problem(tasks, ((0, 1),), (), Machine(comm_streams=2, sync_overhead=20))
-    assert not p.is_async_comm(2) and len(p.allowed_streams(2)) == 2
+def test_no_cut_before_a_synchronous_collective_of_another_comm_stream():
+    """Found by a review: a synchronous collective s of another process group (its own comm stream) starts when
+    its input x (5 ns, issued before c in the optimum, not in every order) is ready; the relaxation runs x after
+    the prefix (a0, 100 ns), so cut at c it ended at 305 against the optimum's 205 and 'proved' 206. Such cuts
+    are not made; on c's own stream, or with s on the compute stream only, they are."""
+    tasks = (Task("x", Role.COMPUTE, 5), Task("a0", Role.COMPUTE, 100), Task("c", Role.COMM, 10),
+             Task("w", Role.WAIT, waits_for=2), Task("s", Role.COMM, 200, group=1))
+    buffers = (Buffer("in", 10, None, (0, 1)), Buffer("xo", 10, 0, (4,)), Buffer("a", 10, 1, (2,)),
+               Buffer("co", 10, 2, (3,), is_output=True), Buffer("so", 10, 4, (), is_output=True))
+    p = Problem(tasks, ((0, 4), (1, 2), (2, 3)), buffers, Machine(comm_streams=2))
     best, _ = brute_force(p)
-    relaxed, launch = cut_relaxation(p, 0)
-    found = search_prefixes(relaxed, memory_from=launch)
-    assert found.makespan <= best
+    assert best == 205
+    assert not cuttable(p, 2)
+    with pytest.raises(ValueError, match="another comm stream"):
+        cut_relaxation(p, 2)
+    found = cut_bound(p, best + 1, 10**6)
+    assert found.bound <= best and found.cuts_tried == 0
+    same_group = Problem(tasks[:4] + (dataclasses.replace(tasks[4], group=0),), p.edges, buffers, p.machine)
+    assert cuttable(same_group, 2) and cut_bound(same_group, 10**6, 10**6).bound <= brute_force(same_group)[0]
+
+
+def test_an_input_that_is_an_output_stays():
+    """A freeable input that is also an output is never freed: the relaxation keeps it, an output, even when
+    every reader is before the cut."""
+    tasks = (Task("a", Role.COMPUTE, 10), Task("c", Role.COMM, 20), Task("w", Role.WAIT, waits_for=1),
+             Task("b", Role.COMPUTE, 10))
+    buffers = (Buffer("X", 100, None, (0,), is_output=True, freeable=True), Buffer("a_out", 10, 0, (1,)),
+               Buffer("c_out", 10, 1, (2, 3)), Buffer("b_out", 100, 3, (), is_output=True))
+    p = Problem(tasks, ((0, 1), (1, 2), (2, 3)), buffers, Machine(memory_budget=250))
+    relaxed, _ = cut_relaxation(p, 1)
+    kept = {b.name: b for b in relaxed.buffers}
+    assert kept["X"].is_output and relaxed.is_freed(list(kept).index("X")) is False

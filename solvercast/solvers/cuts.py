@@ -11,10 +11,11 @@ launch on (`search_prefixes(memory_from=)`): there all of A has been issued in a
 Why its optimum bounds the problem's: take any schedule, keep its order without A, the prefix first. Before
 the launch, stream 0 has run all of A's compute work and the rest it issued there (X), so the prefix and X end
 no later than the real launch point, and the comm streams (their collectives all in A) are free: from the
-launch on every task starts no later (the placement is monotone), so the makespan is no larger. A task after
-the cut that reads A waits for the prefix, but for a synchronous collective: on a comm stream it starts when
-its inputs are ready, not at its program position, so it may start before A's compute ends (a review found
-the relaxation 20 ns above an optimum when it waited). From the
+launch on every task starts no later (the placement is monotone), so the makespan is no larger. That needs
+every task after the cut to start after the launch point or on c's comm stream after c: a synchronous
+collective that may run on another comm stream starts when its inputs are ready, and these may be tasks of X
+that the relaxation runs after the prefix (a review found relaxations 14-100 ns above the optimum), so no cut
+is made before one (`cuttable`). From the
 launch on the bytes resident are the real ones restricted to the kept buffers, each freed no later (fewer
 holders). Before it, nothing is checked. The relaxation keeps the memory-forced idle of everything after the
 cut, which no bound of `bounds.py` sees: simple_fsdp 2 layers' memory-forced idle, for one, is 268.58 us
@@ -72,9 +73,22 @@ def not_applicable(problem: Problem) -> str | None:
     return None
 
 
+def cuttable(problem: Problem, c: int) -> bool:
+    """Whether the cut at asynchronous collective ``c`` bounds the problem: no synchronous collective after it
+    (kept order) may run on a comm stream other than c's (module docstring)."""
+    comm = list(problem.comm_tasks)
+    stream = problem.comm_stream(c)
+    return all(problem.is_async_comm(t) or set(problem.allowed_streams(t)) <= {0, stream}
+               for t in comm[comm.index(c) + 1:])
+
+
 def cut_relaxation(problem: Problem, c: int) -> tuple[Problem, int]:
     """The relaxation of ``problem`` cut at asynchronous collective ``c``'s launch (module docstring), and c's
-    id in it: search it with ``memory_from`` that id."""
+    id in it: search it with ``memory_from`` that id. Raises ValueError where the cut bounds nothing
+    (`cuttable`)."""
+    if not cuttable(problem, c):
+        raise ValueError(f"no cut at {problem.tasks[c].name}: a synchronous collective after it may run on "
+                         f"another comm stream, whatever the prefix")
     n = problem.num_tasks
     comm = list(problem.comm_tasks)
     before = [False] * n  # A
@@ -98,18 +112,16 @@ def cut_relaxation(problem: Problem, c: int) -> tuple[Problem, int]:
         elif task.role == Role.WAIT:
             task = Task(task.name, Role.WAIT, waits_for=new[task.waits_for], op=task.op)
         tasks.append(task)
-    # every task after the prefix, but the synchronous collectives: on a comm stream they start when their
-    # inputs are ready, not at their program position, so in the problem one may start before A's compute ends
-    # (the kept order still puts them after c, so after the prefix)
+    # every task after the prefix, but the synchronous collectives (on c's comm stream they follow c anyway)
     edges = [(0, new[t]) for t in kept if not (problem.tasks[t].role == Role.COMM and not problem.is_async_comm(t))]
     edges += [(new[u], new[v]) for u, v in problem.edges if u in new and v in new]
     buffers = []
     for b, buf in enumerate(problem.buffers):
         users = tuple(new[u] for u in problem.buffer_users[b] if u in new)  # holders: the waits among them
         if buf.producer is None:
-            if buf.freeable and problem.buffer_users[b] and not users:
+            if buf.freeable and not buf.is_output and problem.buffer_users[b] and not users:
                 continue  # freed in A
-            buffers.append(Buffer(buf.name, buf.size, None, users, freeable=buf.freeable))
+            buffers.append(Buffer(buf.name, buf.size, None, users, is_output=buf.is_output, freeable=buf.freeable))
         elif buf.producer in new:
             buffers.append(Buffer(buf.name, buf.size, new[buf.producer], users, is_output=buf.is_output))
         elif buf.size and (buf.is_output or users):  # made in A, held after the cut: the prefix makes it
@@ -134,6 +146,8 @@ def cut_bound(problem: Problem, upper: int, max_expansions: int, *, deadline: fl
         left = max_expansions - spent
         if left <= 0 or (deadline is not None and time.perf_counter() > deadline):
             break
+        if not cuttable(problem, c):
+            continue
         relaxed, launch = cut_relaxation(problem, c)
         found = search_prefixes(relaxed, upper, max_expansions=left, deadline=deadline, memory_from=launch)
         spent += found.expansions
