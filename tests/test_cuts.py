@@ -62,19 +62,25 @@ def test_every_cut_stays_at_or_below_the_brute_force_optimum(seed):
         assert at.bound <= best and (not at.proven or at.bound == best)
 
 
-def test_cuts_prove_more_than_the_bounds_on_tiny_programs():
-    """Not vacuous: on the programs above some cut proves a bound above `lower_bounds`, some the optimum."""
-    above = optimal = 0
-    for seed in range(60):
+def _binding_tiny(seeds):
+    """(problem, brute-force optimum, an optimal schedule) of the tiny programs with collectives under the two
+    binding budgets, where a schedule fits."""
+    for seed in seeds:
         p = _tiny(seed)
         for budget in _budgets(p)[1:]:
             q = p.with_budget(budget)
-            best, _ = brute_force(q)
-            if best is None or not q.async_chain:
-                continue
-            found = cut_bound(q, best, 10**6)
-            above += found.bound > lower_bounds(q).makespan
-            optimal += found.proven
+            best, schedule = brute_force(q)
+            if best is not None and q.async_chain:
+                yield q, best, schedule
+
+
+def test_cuts_prove_more_than_the_bounds_on_tiny_programs():
+    """Not vacuous: on the programs above some cut proves a bound above `lower_bounds`, some the optimum."""
+    above = optimal = 0
+    for q, best, _ in _binding_tiny(range(60)):
+        found = cut_bound(q, best, 10**6)
+        above += found.bound > lower_bounds(q).makespan
+        optimal += found.proven
     assert above >= 3 and optimal >= 3, (above, optimal)
 
 
@@ -156,17 +162,11 @@ def test_the_last_step_of_solve_cpsat_proves_brute_force_optima():
     from solvercast.solvers.result import SolveStatus
 
     proven = 0
-    for seed in range(40):
-        p = _tiny(seed)
-        for budget in _budgets(p)[1:]:
-            q = p.with_budget(budget)
-            best, schedule = brute_force(q)
-            if best is None or not q.async_chain:
-                continue
-            got = _bound_by_cuts(q, schedule)
-            assert got.schedule is schedule and (got.bound or 0) <= best
-            assert (got.status == SolveStatus.OPTIMAL) == cut_bound(q, best, 10**6).proven
-            proven += got.status == SolveStatus.OPTIMAL
+    for q, best, schedule in _binding_tiny(range(40)):
+        got = _bound_by_cuts(q, schedule)
+        assert got.schedule is schedule and (got.bound or 0) <= best
+        assert (got.status == SolveStatus.OPTIMAL) == cut_bound(q, best, 10**6).proven
+        proven += got.status == SolveStatus.OPTIMAL
     assert proven >= 3
 
 

@@ -349,7 +349,9 @@ def _bound_by_cuts(problem: Problem, found: SolveResult, deadline: float, progre
 
 
 def _windows_said(what: str, stats: dict) -> str:
-    return f"{what}: {stats['windows_improved']} of {stats['windows_tried']} improved" if stats["windows_improved"] else ""
+    if not stats["windows_improved"]:
+        return ""
+    return f"{what}: {stats['windows_improved']} of {stats['windows_tried']} improved"
 
 
 def _prefix_search_fits(problem: Problem) -> bool:

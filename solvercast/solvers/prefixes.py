@@ -178,7 +178,8 @@ def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansion
     finished = []
     stopped = None
     # the engine's peak counts the inputs resident before any step, whatever the first views free
-    if memory_from is None and budget is not None and problem.initial_resident_bytes > budget or max(remaining) >= upper:
+    over_budget = memory_from is None and budget is not None and problem.initial_resident_bytes > budget
+    if over_budget or max(remaining) >= upper:
         level = {}
     elif start_ideal == full:  # views only: the first views are the whole order
         finished, level = level[start_ideal][4], {}
