@@ -5,6 +5,7 @@ baselines every experiment compares against (DESIGN.md, "Methods").
 * `nondelay_schedule`: earliest-start list scheduling (ready work fills the time collectives take).
 * `comm_priority_schedule`: raise collectives / sink waits / fill with compute.
 * `iterative_swap`: adjacent swaps of collectives and waits under a memory budget.
+* `fill_idle`: moves of later compute tasks into the default stream's stalls under a memory budget.
 * `best_heuristic` / `run_heuristics`: every heuristic of the method registry (`solvercast.methods`),
   judged by `simulate`.
 
@@ -20,11 +21,12 @@ from solvercast.engine import Timeline
 from ._common import OVER_BUDGET, budget_bytes, held_budget
 from .best import METHOD_ORDER, best_heuristic, run_heuristics
 from .comm_priority import comm_priority_schedule, comm_scores
+from .fill_idle import fill_idle
 from .iterative_swap import SwapState, iterative_swap
 from .list_scheduling import list_schedule, nondelay_schedule, upward_ranks
 
 __all__ = [
     "METHOD_ORDER", "OVER_BUDGET", "SwapState", "Timeline", "best_heuristic", "comm_priority_schedule",
-    "comm_scores", "held_budget", "iterative_swap", "list_schedule", "nondelay_schedule", "budget_bytes", "run_heuristics",
+    "comm_scores", "fill_idle", "held_budget", "iterative_swap", "list_schedule", "nondelay_schedule", "budget_bytes", "run_heuristics",
     "upward_ranks",
 ]

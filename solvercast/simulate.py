@@ -121,3 +121,16 @@ def validate(problem: Problem, schedule: Schedule, memory_budget: int | None = N
             f"peak memory {format_bytes(result.peak_memory)} ({result.peak_memory} B){where} exceeds the budget "
             f"{format_bytes(budget)} ({budget} B)")
     return result
+
+
+def idle_points(problem: Problem, schedule: Schedule, sim: SimResult) -> list[tuple[int, int]]:
+    """(idle time, program position) before each task the default stream waited for, largest first."""
+    out = []
+    free = 0
+    for pos, t in enumerate(schedule.order):
+        if problem.tasks[t].role == Role.FREE or sim.streams[t] != 0:
+            continue
+        if sim.start[t] > free:
+            out.append((sim.start[t] - free, pos))
+        free = max(free, sim.end[t])
+    return sorted(out, key=lambda x: (-x[0], x[1]))

@@ -238,3 +238,20 @@ def test_the_parameter_harness_leaves_the_solver_as_it_found_it():
     assert runs[0]["det_end"] == pytest.approx(runs[1]["det_end"], rel=1e-9)
     assert runs[0]["makespan"] <= runs[0]["warm"]
     assert runs[0]["status"] == "optimal" or runs[0]["det_end"] <= runs[0]["units"] * 1.05
+
+
+def test_the_windows_result_has_no_stall_a_later_task_could_fill(zoo_graph, monkeypatch):
+    """After the windows, moves into stalls (heuristics/fill_idle.py): none of them is left that gains.
+    (The model's conversion is lowered so that its deterministic limit ends it far from the optimum.)"""
+    from solvercast import extract_problem
+    from solvercast.heuristics import fill_idle
+    from solvercast.solvers import cpsat
+
+    monkeypatch.setattr(cpsat, "search_rate", lambda kind, constraints: 0.25 if kind == "windows" else 0.012)
+    monkeypatch.setattr(cpsat, "PREFIX_MAX_TASKS", 0)  # the model and its windows, no prefix search
+    p = at_original_peak(extract_problem(zoo_graph("fsdp_layers", layers=2)))
+    hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
+    res = solve_cpsat(p, time_limit=2, hint=hint)
+    assert res.stats["fill_idle"]["simulations"] >= 1
+    again, stats = fill_idle(p, res.schedule)
+    assert stats["moves"] == 0 and again is res.schedule

@@ -5,7 +5,8 @@ import pytest
 from oracle import brute_force
 from solvercast import Machine, Problem, Role, Schedule, Task, simulate, validate
 from solvercast.heuristics import best_heuristic
-from solvercast.solvers.large import idle_points, solve_placement, solve_windows, window_starts
+from solvercast.simulate import idle_points
+from solvercast.solvers.large import solve_placement, solve_windows, window_starts
 from solvercast.solvers.result import SolveStatus
 from solvercast.testing import random_problem
 

@@ -222,6 +222,11 @@ PREFIX_MIN_SECONDS = 0.5
 #: on larger graphs: from the model's schedule they did not find simple_fsdp 2 layers' gains, and CP-SAT's
 #: windows with 30% less time ended at 276.6 us instead of 270.6 (results/prefix_search.md)
 EXACT_WINDOWS_SHARE = 0.3
+#: Moves of later compute tasks into the default stream's stalls (heuristics/fill_idle.py), on the model's
+#: schedule and on the windows' result, each with at most this share of what is left, counted in simulations
+#: (`heuristics.work.pass_cost`): they move a task over any distance, where windows span 40-90 positions
+#: (fsdp_tp 2 layers 278.94 -> 273.86 us in 19 simulations, results/fill_idle.md)
+FILL_IDLE_SHARE = 0.05
 #: Cut bounds (solvers/cuts.py: the memory-forced idle after a collective's launch, solved exactly) run last,
 #: in the wall-clock seconds left when there are at least this many (their share of the windows' time made
 #: worse schedules: fsdp_tp 2 layers 278.9 -> 282.0 us, simple_fsdp 270.6 -> 276.6 at 10 s) ...
@@ -283,6 +288,8 @@ def solve_cpsat(
         return first  # at a bound already (a scaled model proves nothing of the problem: synthetic 300 tasks)
     left = time_limit - seconds_spent(first, True)
     budgeted = problem if memory_budget is None else problem.with_budget(memory_budget)
+    fill_left = left * FILL_IDLE_SHARE  # counted seconds for the moves after the windows, taken from theirs
+    left -= fill_left
     # on small graphs exact windows first (cheap where CP-SAT's are weak: fsdp_tp 1 layer 155.3 -> 142.5 us in
     # 0.3 s), then CP-SAT's windows from what they reached
     small = _prefix_search_fits(problem)
@@ -290,16 +297,16 @@ def solve_cpsat(
     start, exact = improve_by_windows(budgeted, first.schedule, expansions, size=POLISH_WINDOW, deadline=ends,
                                       progress=progress)
     left -= exact["expansions"] / EXPANSIONS_PER_SECOND
-    start_sim = validate(problem, start, memory_budget=memory_budget) if exact["windows_improved"] else first.simulated
+    start_sim = validate(problem, start, memory_budget=memory_budget) if start is not first.schedule else first.simulated
     polished = solve_windows(problem, start, left, memory_budget, window=POLISH_WINDOW,
                              per_window=POLISH_SECONDS_PER_WINDOW, deterministic=True, progress=progress,
                              deadline=ends, bound=bound, grow=POLISH_GROWTH) if start_sim.makespan > bound else None
     seconds_left = polished.stats.get("seconds_left", 0.0) if polished else left
     if polished is not None and polished.status != SolveStatus.HINT_KEPT:
         final, final_sim = polished.schedule, polished.simulated
-    elif exact["windows_improved"]:
+    elif start is not first.schedule:
         final, final_sim = start, start_sim
-    else:  # neither kind of window improved the model's schedule
+    else:  # neither the moves nor the windows improved the model's schedule
         final, final_sim = None, first.simulated
     late = {"windows_tried": 0, "windows_improved": 0, "expansions": 0, "stopped_by_wall_clock": False}
     if not small and seconds_left >= PREFIX_MIN_SECONDS and final_sim.makespan > bound:
@@ -309,8 +316,13 @@ def solve_cpsat(
         seconds_left = 0.0
         if late["windows_improved"]:
             final, final_sim = got, validate(problem, got, memory_budget=memory_budget)
+    fills = {"simulations": 0, "moves": 0, "seconds": 0.0}
+    if final_sim.makespan > bound:
+        got, fills = _fill_idle(budgeted, final or first.schedule, fill_left, progress)
+        if fills["moves"]:
+            final, final_sim = got, validate(problem, got, memory_budget=memory_budget)
     polish = {k: polished.stats.get(k) for k in ("windows_tried", "windows_improved", "window")} if polished else {}
-    stats = dict(first.stats, polish=polish, exact_windows=exact, late_exact_windows=late,
+    stats = dict(first.stats, polish=polish, fill_idle=fills, exact_windows=exact, late_exact_windows=late,
                  stopped_by_wall_clock=bool(first.stats.get("stopped_by_wall_clock") or exact["stopped_by_wall_clock"]
                                             or late["stopped_by_wall_clock"]
                                             or (polished and polished.stats.get("stopped_by_wall_clock"))))
@@ -319,7 +331,8 @@ def solve_cpsat(
     else:
         at_bound = final_sim.makespan <= bound  # optimal: no schedule is shorter than a lower bound
         message = "; ".join(m for m in (
-            first.message, _windows_said("exact windows", exact), polished.message if polished else "",
+            first.message, f"{fills['moves']} moves into stalls" if fills["moves"] else "",
+            _windows_said("exact windows", exact), polished.message if polished else "",
             _windows_said("exact windows after them", late),
             "the windows reached a lower bound: optimal" if at_bound else "") if m)
         found = SolveResult(dataclasses.replace(final, method="cpsat"),
@@ -346,6 +359,19 @@ def _bound_by_cuts(problem: Problem, found: SolveResult, deadline: float, progre
         return dataclasses.replace(found, status=SolveStatus.OPTIMAL, bound=found.makespan, stats=stats,
                                    message=message, wall_time=wall)
     return dataclasses.replace(found, bound=max(found.bound or 0, cut.bound) or None, stats=stats, wall_time=wall)
+
+
+def _fill_idle(problem: Problem, schedule: Schedule, seconds: float, progress) -> tuple[Schedule, dict]:
+    """`heuristics.fill_idle` on ``schedule`` with the simulations ``seconds`` pay for (counted): the schedule
+    (the same object when no move gained) and its stats, ``seconds`` the counted seconds spent."""
+    from solvercast.heuristics import fill_idle  # the heuristics import the core
+    from solvercast.heuristics.work import pass_cost
+
+    per_simulation = pass_cost(problem, "simulate") * 1e-6
+    filled, stats = fill_idle(problem, schedule, max_simulations=max(0, int(seconds / per_simulation)))
+    if stats["moves"] and progress is not None:
+        progress(f"{stats['moves']} moves into stalls: {simulate(problem, filled).makespan / 1e3:.1f} us")
+    return filled, dict(stats, seconds=stats["simulations"] * per_simulation)
 
 
 def _windows_said(what: str, stats: dict) -> str:

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
-from solvercast.simulate import SimResult, simulate
+from solvercast.simulate import SimResult, idle_points, simulate
 from solvercast.solvers.cpsat import solve_cpsat
 from solvercast.solvers.result import SolveResult, SolveStatus, potential
 
@@ -101,19 +101,6 @@ def seconds_spent(res: SolveResult, deterministic: bool) -> float:
     if deterministic and res.stats.get("deterministic_limit"):  # the share of its limit, in the seconds given
         return res.stats["seconds_given"] * min(1.0, res.stats["deterministic_time"] / res.stats["deterministic_limit"])
     return res.wall_time
-
-
-def idle_points(problem: Problem, schedule: Schedule, sim: SimResult) -> list[tuple[int, int]]:
-    """(idle time, program position) before each task the default stream waited for, largest first."""
-    out = []
-    free = 0
-    for pos, t in enumerate(schedule.order):
-        if problem.tasks[t].role == Role.FREE or sim.streams[t] != 0:
-            continue
-        if sim.start[t] > free:
-            out.append((sim.start[t] - free, pos))
-        free = max(free, sim.end[t])
-    return sorted(out, key=lambda x: (-x[0], x[1]))
 
 
 def window_starts(problem: Problem, schedule: Schedule, sim: SimResult, size: int,
