@@ -28,11 +28,11 @@ Budgets: a number is a ratio of the original order's peak (``optimize``'s float 
 (``none`` in the CSV) means unconstrained, passed as the sum of every buffer's bytes (no order can
 exceed it).
 
-Backends. ``pool`` (default): a local process pool (spawn) of ``--workers``, default ``max(1, nproc // 2)``
-(from when each CP-SAT solve used 2 search workers; `optimize` now runs CP-SAT deterministically, with one,
-so ``--workers $(nproc)`` no longer oversubscribes). ``ray`` (``pip install -e '.[ray]'``): one Ray task per
-run, asking for `cpus_of` CPUs (1: CP-SAT's one deterministic search worker), so a node runs as many runs
-as it has CPUs and a solver's time limit means what it says; on the cluster at ``--address`` (``auto``:
+Backends. ``pool`` (default): a local process pool (spawn) of ``--workers``, default ``max(1, nproc // 2)``:
+a whole-graph CP-SAT solve keeps two CPUs busy (its one deterministic search worker, and the cut walk
+beside it, `cpus_of`). ``ray`` (``pip install -e '.[ray]'``): one Ray task per
+run, asking for `cpus_of` CPUs (CP-SAT's one deterministic search worker, and the cut walk beside it), so a
+node runs no more runs than it has CPUs and a solver's time limit means what it says; on the cluster at ``--address`` (``auto``:
 the one this node belongs to; ``ray://host:port``: Ray Client), or on a local Ray of ``--num-cpus`` CPUs.
 experiments/ travels as the Ray job's working directory; solvercast must be installed on every node.
 With either backend rows are appended as runs finish; a run that raises, or whose worker dies (a native
@@ -473,9 +473,11 @@ def cpus_of(job: dict) -> int:
     """The CPUs one run keeps busy, which its Ray task asks for. `optimize` runs CP-SAT deterministically,
     i.e. with one search worker (solvercast/solvers/cpsat.py sets ``num_workers = 1``); the heuristics
     and torch's pass run in the task's own thread, and the MILP (graphs of at most 20 tasks) in one HiGHS
-    subprocess while the task waits on it. So one CPU for every method: a node with N CPUs runs N runs
-    at once and never more, and a solver's time limit means what it says."""
-    return 1
+    subprocess while the task waits on it. With one compute stream a whole-graph CP-SAT solve (``cpsat``,
+    and ``auto`` up to its size limit) also walks cut bounds in a forked process beside its search
+    (`solvercast.solvers.cuts.BackgroundCutBound`): two CPUs for those, one for the rest, so a node runs
+    no more at once than it has CPUs and a solver's time limit means what it says."""
+    return 2 if job["method"] in ("cpsat", "auto") and int(job["compute_streams"]) == 1 else 1
 
 
 def connect_ray(address: str | None = None, num_cpus: int | None = None) -> None:

@@ -224,3 +224,69 @@ def test_an_input_that_is_an_output_stays():
     relaxed, _ = cut_relaxation(p, 1)
     kept = {b.name: b for b in relaxed.buffers}
     assert kept["X"].is_output and relaxed.is_freed(list(kept).index("X")) is False
+
+
+def _beside(q, upper, seconds=30.0):
+    from solvercast.solvers.cuts import BackgroundCutBound
+
+    walk = BackgroundCutBound.start(q, upper, time.perf_counter() + seconds)
+    assert walk is not None, "the tests run where a second core and fork are at hand"
+    return walk
+
+
+def test_the_walk_beside_the_search_proves_what_the_walk_here_does():
+    """`BackgroundCutBound` (a forked process) against `cut_bound` in this process on the brute-force optima,
+    walked below one more than the optimum and read at the optimum: the same bound, proven exactly when the
+    walk here proves the optimum; the child ended."""
+    compared = proven = 0
+    for q, best, _ in _binding_tiny(range(0, 40, 3)):
+        walk = _beside(q, best + 1)
+        got = walk.result(best)
+        here = cut_bound(q, best + 1, 10**6)
+        assert walk.error is None and not walk._process.is_alive()
+        assert got.bound == here.bound <= best + 1 and got.proven == (here.bound >= best)
+        compared += 1
+        proven += got.proven
+    assert compared >= 8 and proven >= 1
+
+
+def test_the_walk_beside_the_search_ends_at_its_deadline():
+    """A walk that cannot prove (below a makespan far under the optimum) is read until its deadline, not
+    past it, and ends unproven."""
+    p = _fsdp_tp_one_layer()
+    started = time.perf_counter()
+    got = _beside(p, 10**9, seconds=1.0).result(10**9)
+    assert time.perf_counter() - started < 3.0
+    assert not got.proven
+
+
+def test_a_failing_walk_beside_the_search_says_why(monkeypatch):
+    """The child's exception reaches the parent as text; the bound is none."""
+    from solvercast.solvers import cuts
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("broken walk")
+
+    monkeypatch.setattr(cuts, "cut_bound", broken)  # the forked child inherits it
+    q, best, _ = next(_binding_tiny(range(40)))
+    walk = _beside(q, best + 1)
+    got = walk.result(best)
+    assert "RuntimeError: broken walk" in walk.error and got.bound == 0 and not got.proven
+
+
+def test_solve_cpsat_walks_beside_its_search_and_here_without_a_second_core(monkeypatch):
+    """fsdp_tp with one layer at 10 s (the schedule reaches its optimum, 142.54 us, which the cut after the
+    forward proves: results/cut_bounds.md): proven optimal by the cut walk beside the search; with one core
+    the same schedule, the walk run at the end."""
+    from solvercast.solvers import cpsat, cuts
+    from solvercast.solvers.result import SolveStatus
+
+    p = _fsdp_tp_one_layer()
+    hint = best_heuristic(p, p.machine.memory_budget)
+    beside = cpsat.solve_cpsat(p, time_limit=10, hint=hint)
+    monkeypatch.setattr(cuts, "_cores", lambda: 1)
+    here = cpsat.solve_cpsat(p, time_limit=10, hint=hint)
+    assert beside.stats["cut_bound"]["beside"] and not here.stats["cut_bound"]["beside"]
+    assert cut_bound(p, beside.makespan, 200_000).proven
+    assert beside.status == SolveStatus.OPTIMAL and beside.bound == beside.makespan
+    assert here.schedule.order == beside.schedule.order

@@ -27,7 +27,7 @@ from solvercast.simulate import simulate, validate
 from solvercast.solvers.common import scale_problem, serial_horizon
 from solvercast.solvers.cpsat_model import CpsatModel, model_horizon_cap
 from solvercast.solvers.result import Outcome, SolveResult, SolveStatus, best_valid
-from solvercast.solvers.cuts import cut_bound
+from solvercast.solvers.cuts import CUT_EXPANSIONS_PER_SECOND, BackgroundCutBound, cut_bound
 from solvercast.solvers.prefixes import EXPANSIONS_PER_SECOND, improve_by_windows, solve_prefixes
 from solvercast.solvers.scope import Scope
 from solvercast.time_budget import SOLVER_BUILD_SECONDS_PER_TASK
@@ -227,13 +227,13 @@ EXACT_WINDOWS_SHARE = 0.3
 #: (`heuristics.work.pass_cost`): they move a task over any distance, where windows span 40-90 positions
 #: (fsdp_tp 2 layers 278.94 -> 273.86 us in 19 simulations, results/fill_idle.md)
 FILL_IDLE_SHARE = 0.05
-#: Cut bounds (solvers/cuts.py: the memory-forced idle after a collective's launch, solved exactly) run last,
-#: in the wall-clock seconds left when there are at least this many (their share of the windows' time made
-#: worse schedules: fsdp_tp 2 layers 278.9 -> 282.0 us, simple_fsdp 270.6 -> 276.6 at 10 s) ...
+#: Cut bounds (solvers/cuts.py: the memory-forced idle after a collective's launch, solved exactly) run on a
+#: second core from the model's answer to the deadline (`cuts.BackgroundCutBound`), or, where there is none,
+#: last, in the wall-clock seconds left when there are at least this many (their share of the windows' time
+#: made worse schedules: fsdp_tp 2 layers 278.9 -> 282.0 us, simple_fsdp 270.6 -> 276.6 at 10 s)
 CUT_MIN_SECONDS = 0.2
-#: ... counted at this rate only for the search's own stop at a tenth of its lengths (the clock ends the walk):
-#: the cuts' relaxations ran at 44,000-83,000 expansions a second on the quiet 2-core machine
-CUT_EXPANSIONS_PER_SECOND = 60_000
+#: whether the cut walk may run beside the search (off: always last, in the caller's own time)
+CUT_WALK_BESIDE = True
 
 
 def solve_cpsat(
@@ -288,71 +288,87 @@ def solve_cpsat(
         return first  # at a bound already (a scaled model proves nothing of the problem: synthetic 300 tasks)
     left = time_limit - seconds_spent(first, True)
     budgeted = problem if memory_budget is None else problem.with_budget(memory_budget)
-    fill_left = left * FILL_IDLE_SHARE  # counted seconds for the moves after the windows, taken from theirs
-    left -= fill_left
-    # on small graphs exact windows first (cheap where CP-SAT's are weak: fsdp_tp 1 layer 155.3 -> 142.5 us in
-    # 0.3 s), then CP-SAT's windows from what they reached
-    small = _prefix_search_fits(problem)
-    expansions = int(left * EXACT_WINDOWS_SHARE * EXPANSIONS_PER_SECOND) if small else 0
-    start, exact = improve_by_windows(budgeted, first.schedule, expansions, size=POLISH_WINDOW, deadline=ends,
-                                      progress=progress)
-    left -= exact["expansions"] / EXPANSIONS_PER_SECOND
-    start_sim = validate(problem, start, memory_budget=memory_budget) if start is not first.schedule else first.simulated
-    polished = solve_windows(problem, start, left, memory_budget, window=POLISH_WINDOW,
-                             per_window=POLISH_SECONDS_PER_WINDOW, deterministic=True, progress=progress,
-                             deadline=ends, bound=bound, grow=POLISH_GROWTH) if start_sim.makespan > bound else None
-    seconds_left = polished.stats.get("seconds_left", 0.0) if polished else left
-    if polished is not None and polished.status != SolveStatus.HINT_KEPT:
-        final, final_sim = polished.schedule, polished.simulated
-    elif start is not first.schedule:
-        final, final_sim = start, start_sim
-    else:  # neither the moves nor the windows improved the model's schedule
-        final, final_sim = None, first.simulated
-    late = {"windows_tried": 0, "windows_improved": 0, "expansions": 0, "stopped_by_wall_clock": False}
-    if not small and seconds_left >= PREFIX_MIN_SECONDS and final_sim.makespan > bound:
-        # larger graphs: exact windows from what CP-SAT's reached, in the counted seconds they left
-        got, late = improve_by_windows(budgeted, final or first.schedule, int(seconds_left * EXPANSIONS_PER_SECOND),
-                                       size=POLISH_WINDOW, deadline=ends, progress=progress)
-        seconds_left = 0.0
-        if late["windows_improved"]:
-            final, final_sim = got, validate(problem, got, memory_budget=memory_budget)
-    fills = {"simulations": 0, "moves": 0, "seconds": 0.0}
-    if final_sim.makespan > bound:
-        got, fills = _fill_idle(budgeted, final or first.schedule, fill_left, progress)
-        if fills["moves"]:
-            final, final_sim = got, validate(problem, got, memory_budget=memory_budget)
-    polish = {k: polished.stats.get(k) for k in ("windows_tried", "windows_improved", "window")} if polished else {}
-    stats = dict(first.stats, polish=polish, fill_idle=fills, exact_windows=exact, late_exact_windows=late,
-                 stopped_by_wall_clock=bool(first.stats.get("stopped_by_wall_clock") or exact["stopped_by_wall_clock"]
-                                            or late["stopped_by_wall_clock"]
-                                            or (polished and polished.stats.get("stopped_by_wall_clock"))))
-    if final is None:
-        found = dataclasses.replace(first, stats=stats, wall_time=time.perf_counter() - started)
-    else:
-        at_bound = final_sim.makespan <= bound  # optimal: no schedule is shorter than a lower bound
-        message = "; ".join(m for m in (
-            first.message, f"{fills['moves']} moves into stalls" if fills["moves"] else "",
-            _windows_said("exact windows", exact), polished.message if polished else "",
-            _windows_said("exact windows after them", late),
-            "the windows reached a lower bound: optimal" if at_bound else "") if m)
-        found = SolveResult(dataclasses.replace(final, method="cpsat"),
-                            SolveStatus.OPTIMAL if at_bound else SolveStatus.FEASIBLE, final_sim, None, first.bound,
-                            time.perf_counter() - started, first.solver_status, message, stats)
-    if seconds_left > searched:  # a search with no more time than the first would end where it did
-        found = _prove_with_prefixes(problem, found, seconds_left, memory_budget, ends, progress, started)
-    return _bound_by_cuts(budgeted, found, ends, progress, started)
+    # the cut walk on another core from now on (the schedule never waits for it): simple_fsdp 2 layers' proof
+    # needs 4-6 s of it, which the windows leave only at 30 s (results/cut_bounds.md)
+    walk = BackgroundCutBound.start(budgeted, first.makespan, ends) if CUT_WALK_BESIDE else None
+    try:
+        fill_left = left * FILL_IDLE_SHARE  # counted seconds for the moves after the windows, taken from theirs
+        left -= fill_left
+        # on small graphs exact windows first (cheap where CP-SAT's are weak: fsdp_tp 1 layer 155.3 -> 142.5 us in
+        # 0.3 s), then CP-SAT's windows from what they reached
+        small = _prefix_search_fits(problem)
+        expansions = int(left * EXACT_WINDOWS_SHARE * EXPANSIONS_PER_SECOND) if small else 0
+        start, exact = improve_by_windows(budgeted, first.schedule, expansions, size=POLISH_WINDOW, deadline=ends,
+                                          progress=progress)
+        left -= exact["expansions"] / EXPANSIONS_PER_SECOND
+        start_sim = (first.simulated if start is first.schedule
+                     else validate(problem, start, memory_budget=memory_budget))
+        polished = solve_windows(problem, start, left, memory_budget, window=POLISH_WINDOW,
+                                 per_window=POLISH_SECONDS_PER_WINDOW, deterministic=True, progress=progress,
+                                 deadline=ends, bound=bound, grow=POLISH_GROWTH) if start_sim.makespan > bound else None
+        seconds_left = polished.stats.get("seconds_left", 0.0) if polished else left
+        if polished is not None and polished.status != SolveStatus.HINT_KEPT:
+            final, final_sim = polished.schedule, polished.simulated
+        elif start is not first.schedule:
+            final, final_sim = start, start_sim
+        else:  # neither the moves nor the windows improved the model's schedule
+            final, final_sim = None, first.simulated
+        late = {"windows_tried": 0, "windows_improved": 0, "expansions": 0, "stopped_by_wall_clock": False}
+        if not small and seconds_left >= PREFIX_MIN_SECONDS and final_sim.makespan > bound:
+            # larger graphs: exact windows from what CP-SAT's reached, in the counted seconds they left
+            got, late = improve_by_windows(budgeted, final or first.schedule, int(seconds_left * EXPANSIONS_PER_SECOND),
+                                           size=POLISH_WINDOW, deadline=ends, progress=progress)
+            seconds_left = 0.0
+            if late["windows_improved"]:
+                final, final_sim = got, validate(problem, got, memory_budget=memory_budget)
+        fills = {"simulations": 0, "moves": 0, "seconds": 0.0}
+        if final_sim.makespan > bound:
+            got, fills = _fill_idle(budgeted, final or first.schedule, fill_left, progress)
+            if fills["moves"]:
+                final, final_sim = got, validate(problem, got, memory_budget=memory_budget)
+        polish = {k: polished.stats.get(k) for k in ("windows_tried", "windows_improved", "window")} if polished else {}
+        stopped = (first.stats.get("stopped_by_wall_clock") or exact["stopped_by_wall_clock"]
+                   or late["stopped_by_wall_clock"] or (polished and polished.stats.get("stopped_by_wall_clock")))
+        stats = dict(first.stats, polish=polish, fill_idle=fills, exact_windows=exact, late_exact_windows=late,
+                     stopped_by_wall_clock=bool(stopped))
+        if final is None:
+            found = dataclasses.replace(first, stats=stats, wall_time=time.perf_counter() - started)
+        else:
+            at_bound = final_sim.makespan <= bound  # optimal: no schedule is shorter than a lower bound
+            message = "; ".join(m for m in (
+                first.message, f"{fills['moves']} moves into stalls" if fills["moves"] else "",
+                _windows_said("exact windows", exact), polished.message if polished else "",
+                _windows_said("exact windows after them", late),
+                "the windows reached a lower bound: optimal" if at_bound else "") if m)
+            found = SolveResult(dataclasses.replace(final, method="cpsat"),
+                                SolveStatus.OPTIMAL if at_bound else SolveStatus.FEASIBLE, final_sim, None, first.bound,
+                                time.perf_counter() - started, first.solver_status, message, stats)
+        if seconds_left > searched:  # a search with no more time than the first would end where it did
+            found = _prove_with_prefixes(problem, found, seconds_left, memory_budget, ends, progress, started)
+        return _bound_by_cuts(budgeted, found, ends, progress, started, walk)
+    finally:
+        if walk is not None:
+            walk.stop()
 
 
-def _bound_by_cuts(problem: Problem, found: SolveResult, deadline: float, progress, started: float) -> SolveResult:
+def _bound_by_cuts(problem: Problem, found: SolveResult, deadline: float, progress, started: float,
+                   walk: BackgroundCutBound | None = None) -> SolveResult:
     """``found`` with the best cut bound (solvers/cuts.py) proven until ``deadline``: OPTIMAL when one proves
-    its makespan. It runs in the wall-clock time the schedule's search left (the user's, unused otherwise): the
-    schedule is the same on every run, while a slower run may prove less."""
+    its makespan. From ``walk``, the walk beside the search, or else run here in the wall-clock time the
+    schedule's search left (the user's, unused otherwise): the schedule is the same on every run, while a
+    slower run may prove less."""
     seconds = deadline - time.perf_counter()
-    if found.status == SolveStatus.OPTIMAL or found.schedule is None or seconds < CUT_MIN_SECONDS:
+    if found.status == SolveStatus.OPTIMAL or found.schedule is None:
         return found
-    cut = cut_bound(problem, found.makespan, int(seconds * CUT_EXPANSIONS_PER_SECOND), deadline=deadline,
-                    progress=progress)
-    stats = dict(found.stats, cut_bound=cut.to_dict())
+    if walk is not None:
+        cut = walk.result(found.makespan, progress)
+    elif seconds >= CUT_MIN_SECONDS:
+        cut = cut_bound(problem, found.makespan, int(seconds * CUT_EXPANSIONS_PER_SECOND), deadline=deadline,
+                        progress=progress)
+    else:
+        return found
+    said = {"beside": walk is not None} | ({"error": walk.error} if walk is not None and walk.error else {})
+    stats = dict(found.stats, cut_bound=cut.to_dict() | said)
     wall = time.perf_counter() - started
     if cut.proven:
         message = f"{found.message}; the cut bound at {cut.cut} proves it optimal"

@@ -28,7 +28,12 @@ does. A cut whose search would not finish in what is left stops at a tenth of it
 
 from __future__ import annotations
 
+import dataclasses
+import multiprocessing
+import os
 import time
+import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,6 +45,10 @@ from solvercast.solvers.prefixes import search_prefixes
 #: cuts finish (one or two FSDP layers, up to 290 tasks) are far smaller; the widest search lengths grow with
 #: the graph, so larger ones would spend the time and prove nothing
 MAX_TASKS = 1000
+#: Expansions a second the walk is counted at when the clock ends it (`cut_bound`'s ``max_expansions``, for the
+#: search's own stop at a tenth of its lengths): the relaxations ran at 44,000-83,000 a second on the quiet
+#: 2-core machine
+CUT_EXPANSIONS_PER_SECOND = 60_000
 
 
 @dataclass(frozen=True)
@@ -132,11 +141,13 @@ def cut_relaxation(problem: Problem, c: int) -> tuple[Problem, int]:
 
 
 def cut_bound(problem: Problem, upper: int, max_expansions: int, *, deadline: float | None = None,
-              progress: Callable[[str], None] | None = None) -> CutBound:
+              progress: Callable[[str], None] | None = None,
+              better: Callable[[CutBound], None] | None = None) -> CutBound:
     """The best bound of the cuts at ``problem``'s asynchronous collectives, last first, within
     ``max_expansions`` expansions of the prefix search in all (counted: the same answer on every run) or
     until ``deadline`` (the wall clock; what was proven by then holds). Stops as soon as a cut proves
-    ``upper`` (no schedule of the relaxation ends before it: one of ``upper`` is optimal)."""
+    ``upper`` (no schedule of the relaxation ends before it: one of ``upper`` is optimal). ``better`` is
+    given the walk so far whenever its bound rises."""
     started = time.perf_counter()
     why = not_applicable(problem)
     if why:
@@ -160,6 +171,93 @@ def cut_bound(problem: Problem, upper: int, max_expansions: int, *, deadline: fl
             best, best_cut = value, problem.tasks[c].name
             if progress is not None:
                 progress(f"cut bound: {best / 1e3:.2f} us from the cut at {best_cut}")
+            if better is not None:
+                better(CutBound(best, best_cut, best >= upper, spent, tried, finished, time.perf_counter() - started))
         if best >= upper:
             break
     return CutBound(best, best_cut, best >= upper, spent, tried, finished, time.perf_counter() - started)
+
+
+class BackgroundCutBound:
+    """`cut_bound` in a forked process, on a core of its own, while the caller searches for schedules: the
+    walk needs seconds (simple_fsdp 2 layers: 267,000 expansions, 4-6 s, to the cut that proves its optimum)
+    that the schedule's search cannot spare. The schedule never depends on it (the caller's search is
+    counted); the bound depends on the machine's speed, as the walk at the end of the call does.
+
+    `start` returns None where no second core or no fork is at hand: the caller then walks in its own time.
+    The child reports each better bound through a pipe; `result` reads them until one proves the caller's
+    makespan, the walk ends, or its deadline passes, then ends the child."""
+
+    def __init__(self, process, connection, deadline: float):
+        self._process, self._connection, self._deadline = process, connection, deadline
+        self._best = CutBound(0, None, False, 0, 0, 0, 0.0)
+        self.error: str | None = None
+
+    @classmethod
+    def start(cls, problem: Problem, upper: int, deadline: float) -> BackgroundCutBound | None:
+        """The walk below ``upper`` until ``deadline`` (a `time.perf_counter` reading, the same clock in
+        the child), in a child process; None where it cannot run beside the caller (one usable core, no
+        fork, or cuts that do not apply)."""
+        if (not_applicable(problem) or "fork" not in multiprocessing.get_all_start_methods() or _cores() < 2
+                or multiprocessing.current_process().daemon):  # a pool's daemonic worker may not have children
+            return None
+        context = multiprocessing.get_context("fork")
+        receive, send = context.Pipe(duplex=False)
+        expansions = int(max(0.0, deadline - time.perf_counter()) * CUT_EXPANSIONS_PER_SECOND)
+        process = context.Process(target=_walk_and_report, args=(problem, upper, expansions, deadline, send),
+                                  daemon=True, name="solvercast cut bound")
+        with warnings.catch_warnings():  # a multi-threaded parent (torch, OR-Tools): the child runs Python only
+            warnings.simplefilter("ignore", DeprecationWarning)
+            process.start()
+        send.close()
+        return cls(process, receive, deadline)
+
+    def result(self, makespan: int, progress: Callable[[str], None] | None = None) -> CutBound:
+        """The walk's best bound once it proves ``makespan`` (``proven``: no schedule is shorter), ends, or
+        its deadline passes; the child is ended either way."""
+        try:
+            while self._best.bound < makespan:
+                left = self._deadline - time.perf_counter()
+                if left <= 0 or not self._connection.poll(left):
+                    break
+                try:
+                    kind, what = self._connection.recv()
+                except EOFError:  # the child ended without a last word
+                    self.error = self.error or f"the cut walk's process ended (exit code {self._process.exitcode})"
+                    break
+                if kind == "error":
+                    self.error = what
+                    break
+                if what.bound > self._best.bound and progress is not None:
+                    progress(f"cut bound: {what.bound / 1e3:.2f} us from the cut at {what.cut}")
+                self._best = what if what.bound >= self._best.bound else self._best
+                if kind == "done":
+                    break
+        finally:
+            self.stop()
+        return dataclasses.replace(self._best, proven=self._best.bound >= makespan)
+
+    def stop(self) -> None:
+        """End the child (idempotent)."""
+        if self._process.is_alive():
+            self._process.kill()
+        self._process.join()
+        self._connection.close()
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _walk_and_report(problem: Problem, upper: int, expansions: int, deadline: float, send) -> None:
+    """The child: `cut_bound`, each better bound and the last word sent to the parent."""
+    try:
+        done = cut_bound(problem, upper, expansions, deadline=deadline, better=lambda cut: send.send(("better", cut)))
+        send.send(("done", done))
+    except BaseException:  # noqa: BLE001 - the parent reports it; the child must not die silently
+        send.send(("error", traceback.format_exc()))
+    finally:
+        send.close()
