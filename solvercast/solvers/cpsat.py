@@ -258,10 +258,14 @@ def solve_cpsat(
     tried without a gain (counted in deterministic time, so every run gives the same schedule; they stop at
     a lower bound) and the better schedule is returned, FEASIBLE when the windows
     improved it (OPTIMAL when they reached a lower bound), with the model's bound; ``stats["polish"]`` says
-    what the windows did. On graphs of up to PREFIX_MAX_TASKS tasks that are not views, the exact prefix
-    search (solvers/prefixes.py) runs first, with PREFIX_SHARE of the limit, and again with the counted
-    seconds the windows leave when they are more, below the makespan found (``stats["prefix_search"]``):
-    when it ends, the result is OPTIMAL. Other options and what the call returns: `solve_model`."""
+    what the windows did. Moves of later compute tasks into the stalls left follow (`heuristics.fill_idle`,
+    FILL_IDLE_SHARE of the windows' time, ``stats["fill_idle"]``). On graphs of up to PREFIX_MAX_TASKS tasks
+    that are not views, the exact prefix search (solvers/prefixes.py) runs first, with PREFIX_SHARE of the
+    limit, and again with the counted seconds the windows leave when they are more, below the makespan found
+    (``stats["prefix_search"]``): when it ends, the result is OPTIMAL. From the model's answer on, cut bounds
+    (solvers/cuts.py) are walked on a second core until the deadline, or after everything else where there is
+    none (``stats["cut_bound"]``): OPTIMAL when one proves the makespan, the schedule unchanged. Other options
+    and what the call returns: `solve_model`."""
     whole = (options.get("window") is None and not options.get("fixed_order") and not options.get("left_shift"))
     if not (polish and deterministic and whole and problem.machine.compute_streams == 1):
         return solve_model(problem, time_limit, memory_budget, hint, deterministic=deterministic, deadline=deadline,
@@ -336,9 +340,9 @@ def solve_cpsat(
         else:
             at_bound = final_sim.makespan <= bound  # optimal: no schedule is shorter than a lower bound
             message = "; ".join(m for m in (
-                first.message, f"{fills['moves']} moves into stalls" if fills["moves"] else "",
-                _windows_said("exact windows", exact), polished.message if polished else "",
+                first.message, _windows_said("exact windows", exact), polished.message if polished else "",
                 _windows_said("exact windows after them", late),
+                f"then {fills['moves']} moves into stalls" if fills["moves"] else "",
                 "the windows reached a lower bound: optimal" if at_bound else "") if m)
             found = SolveResult(dataclasses.replace(final, method="cpsat"),
                                 SolveStatus.OPTIMAL if at_bound else SolveStatus.FEASIBLE, final_sim, None, first.bound,
