@@ -40,6 +40,13 @@ ZOO = [
     ("synthetic", {"tasks": 300, "seed": 2}),
     ("simple_fsdp", {"layers": 2}),
     ("fsdp_tp", {"layers": 2}),
+    # the real-machinery models' other shapes up to ~300 tasks: one layer, the forward graphs, llama_tp
+    ("simple_fsdp", {"layers": 1}),
+    ("fsdp_tp", {"layers": 1}),
+    ("llama_tp", {"layers": 2}),
+    ("simple_fsdp", {"layers": 3, "backward": 0}),
+    ("fsdp_tp", {"layers": 3, "backward": 0}),
+    ("llama_tp", {"layers": 3, "backward": 0}),
 ]
 
 
