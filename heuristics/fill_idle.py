@@ -16,6 +16,8 @@ move spans the whole order with one task: on fsdp_tp 2 layers CP-SAT's windows s
 
 from __future__ import annotations
 
+import time
+
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 from solvercast.simulate import idle_points, simulate
@@ -25,9 +27,10 @@ from .work import charge
 
 
 def fill_idle(problem: Problem, schedule: Schedule, memory_budget: int | float | None = None, *,
-              max_simulations: int | None = None) -> tuple[Schedule, dict]:
+              max_simulations: int | None = None, deadline: float | None = None) -> tuple[Schedule, dict]:
     """``schedule`` improved by moves into its stalls (module docstring), and stats: the simulations
-    spent and the moves kept.
+    spent, the moves kept, and whether the wall clock passed ``deadline`` (a `time.perf_counter` reading:
+    a cap for callers with one, such as `solve_cpsat`; the heuristics count simulations instead).
 
     Memory limit: ``memory_budget`` (bytes, a float ratio of the original order's peak, or None for the
     machine's budget); a schedule over it to begin with is never made worse (its peak is the limit). Streams
@@ -47,11 +50,12 @@ def fill_idle(problem: Problem, schedule: Schedule, memory_budget: int | float |
                 t = order[later]
                 if problem.tasks[t].role != Role.COMPUTE or not before.issuperset(problem.preds[t]):
                     continue
-                if max_simulations is not None and spent >= max_simulations:
-                    return _result(schedule, order, moves), {"simulations": spent, "moves": moves}
+                late = deadline is not None and time.perf_counter() > deadline
+                if late or (max_simulations is not None and spent >= max_simulations):
+                    return _result(schedule, order, moves), _stats(spent, moves, late)
                 candidate = order[:step] + [t] + order[step:later] + order[later + 1:]
                 sim = simulate(problem, Schedule(order=tuple(candidate), streams=schedule.streams))
-                charge(problem, "simulate")
+                charge(problem, "fill_move")
                 spent += 1
                 if sim.makespan < best.makespan and (limit is None or sim.peak_memory <= limit):
                     order, best, gained = candidate, sim, True
@@ -59,7 +63,11 @@ def fill_idle(problem: Problem, schedule: Schedule, memory_budget: int | float |
                     break
             if gained:
                 break
-    return _result(schedule, order, moves), {"simulations": spent, "moves": moves}
+    return _result(schedule, order, moves), _stats(spent, moves, False)
+
+
+def _stats(simulations: int, moves: int, late: bool) -> dict:
+    return {"simulations": simulations, "moves": moves, "stopped_by_wall_clock": late}
 
 
 def _result(schedule: Schedule, order: list[int], moves: int) -> Schedule:

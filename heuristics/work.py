@@ -33,6 +33,10 @@ PASS_COST_US = {
     "list_pass": 12.0,
     "nondelay_pass": 20.0,
     "swap": 5.0,
+    # one trial move of `fill_idle` (a `simulate` of the order with one task moved): 0.75-0.94 us a task
+    # measured at 573-10,000 tasks, one compute stream (thirteenth session, results/fill_idle.md), with a
+    # margin; its simulations are where its time goes
+    "fill_move": 1.5,
 }
 #: With several compute streams a pass tracks occupancy and memory over time: this many times dearer
 #: per extra compute stream (same measurement)

@@ -24,7 +24,7 @@ def test_a_later_task_fills_the_stall_at_a_wait():
     assert simulate(p, original).makespan == 90
     filled, stats = fill_idle(p, original)
     assert filled.order == (0, 3, 1, 2) and simulate(p, filled).makespan == 60
-    assert stats == {"simulations": 1, "moves": 1} and filled.method.endswith("+fill")
+    assert stats == {"simulations": 1, "moves": 1, "stopped_by_wall_clock": False} and filled.method.endswith("+fill")
     validate(p, filled)
 
 
@@ -34,14 +34,21 @@ def test_no_move_breaks_the_budget():
     original = Schedule.original(p)
     assert simulate(p, original).peak_memory == 100
     filled, stats = fill_idle(p, original)
-    assert filled is original and stats == {"simulations": 1, "moves": 0}
+    assert filled is original and stats == {"simulations": 1, "moves": 0, "stopped_by_wall_clock": False}
 
 
 def test_the_simulations_are_capped():
     p = _stalled()
     original = Schedule.original(p)
     filled, stats = fill_idle(p, original, max_simulations=0)
-    assert filled is original and stats == {"simulations": 0, "moves": 0}
+    assert filled is original and stats == {"simulations": 0, "moves": 0, "stopped_by_wall_clock": False}
+
+
+def test_a_passed_deadline_stops_the_moves():
+    p = _stalled()
+    original = Schedule.original(p)
+    filled, stats = fill_idle(p, original, deadline=0.0)  # long past
+    assert filled is original and stats == {"simulations": 0, "moves": 0, "stopped_by_wall_clock": True}
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -222,11 +222,13 @@ PREFIX_MIN_SECONDS = 0.5
 #: on larger graphs: from the model's schedule they did not find simple_fsdp 2 layers' gains, and CP-SAT's
 #: windows with 30% less time ended at 276.6 us instead of 270.6 (results/prefix_search.md)
 EXACT_WINDOWS_SHARE = 0.3
-#: Moves of later compute tasks into the default stream's stalls (heuristics/fill_idle.py), on the model's
-#: schedule and on the windows' result, each with at most this share of what is left, counted in simulations
-#: (`heuristics.work.pass_cost`): they move a task over any distance, where windows span 40-90 positions
-#: (fsdp_tp 2 layers 278.94 -> 273.86 us in 19 simulations, results/fill_idle.md)
-FILL_IDLE_SHARE = 0.05
+#: Moves of later compute tasks into the default stream's stalls (heuristics/fill_idle.py) after the windows:
+#: a task moved over any distance, where windows span 40-90 positions (fsdp_tp 2 layers 278.94 -> 273.86 us
+#: in 58 simulations; 4 layers 642.25 -> 560.27 in about 1,550, results/fill_idle.md). Up to this share of the
+#: limit, counted in simulations (`heuristics.work.PASS_COST_US["fill_move"]`), on top of the windows' time
+#: and capped by the deadline: the windows end well before it (they plan at a rate below what they reach),
+#: and taking the moves' time from theirs made simple_fsdp 2 layers worse (270.60 -> 271.83 us at 10% of it)
+FILL_IDLE_SHARE = 0.15
 #: Cut bounds (solvers/cuts.py: the memory-forced idle after a collective's launch, solved exactly) run on a
 #: second core from the model's answer to the deadline (`cuts.BackgroundCutBound`), or, where there is none,
 #: last, in the wall-clock seconds left when there are at least this many (their share of the windows' time
@@ -294,10 +296,9 @@ def solve_cpsat(
     budgeted = problem if memory_budget is None else problem.with_budget(memory_budget)
     # the cut walk on another core from now on (the schedule never waits for it): simple_fsdp 2 layers' proof
     # needs 4-6 s of it, which the windows leave only at 30 s (results/cut_bounds.md)
-    walk = BackgroundCutBound.start(budgeted, first.makespan, ends) if CUT_WALK_BESIDE else None
+    beside = CUT_WALK_BESIDE and ends - time.perf_counter() >= CUT_MIN_SECONDS
+    walk = BackgroundCutBound.start(budgeted, first.makespan, ends) if beside else None
     try:
-        fill_left = left * FILL_IDLE_SHARE  # counted seconds for the moves after the windows, taken from theirs
-        left -= fill_left
         # on small graphs exact windows first (cheap where CP-SAT's are weak: fsdp_tp 1 layer 155.3 -> 142.5 us in
         # 0.3 s), then CP-SAT's windows from what they reached
         small = _prefix_search_fits(problem)
@@ -325,14 +326,15 @@ def solve_cpsat(
             seconds_left = 0.0
             if late["windows_improved"]:
                 final, final_sim = got, validate(problem, got, memory_budget=memory_budget)
-        fills = {"simulations": 0, "moves": 0, "seconds": 0.0}
+        fills = {"simulations": 0, "moves": 0, "stopped_by_wall_clock": False, "seconds": 0.0}
         if final_sim.makespan > bound:
-            got, fills = _fill_idle(budgeted, final or first.schedule, fill_left, progress)
+            got, fills = _fill_idle(budgeted, final or first.schedule, time_limit * FILL_IDLE_SHARE, ends, progress)
             if fills["moves"]:
                 final, final_sim = got, validate(problem, got, memory_budget=memory_budget)
         polish = {k: polished.stats.get(k) for k in ("windows_tried", "windows_improved", "window")} if polished else {}
         stopped = (first.stats.get("stopped_by_wall_clock") or exact["stopped_by_wall_clock"]
-                   or late["stopped_by_wall_clock"] or (polished and polished.stats.get("stopped_by_wall_clock")))
+                   or late["stopped_by_wall_clock"] or (polished and polished.stats.get("stopped_by_wall_clock"))
+                   or fills["stopped_by_wall_clock"])
         stats = dict(first.stats, polish=polish, fill_idle=fills, exact_windows=exact, late_exact_windows=late,
                      stopped_by_wall_clock=bool(stopped))
         if final is None:
@@ -381,14 +383,17 @@ def _bound_by_cuts(problem: Problem, found: SolveResult, deadline: float, progre
     return dataclasses.replace(found, bound=max(found.bound or 0, cut.bound) or None, stats=stats, wall_time=wall)
 
 
-def _fill_idle(problem: Problem, schedule: Schedule, seconds: float, progress) -> tuple[Schedule, dict]:
-    """`heuristics.fill_idle` on ``schedule`` with the simulations ``seconds`` pay for (counted): the schedule
-    (the same object when no move gained) and its stats, ``seconds`` the counted seconds spent."""
+def _fill_idle(problem: Problem, schedule: Schedule, seconds: float, deadline: float,
+               progress) -> tuple[Schedule, dict]:
+    """`heuristics.fill_idle` on ``schedule`` with the simulations ``seconds`` pay for (counted: the same
+    schedule on every run, unless the wall clock passes ``deadline`` first, which its stats then say): the
+    schedule (the same object when no move gained) and its stats, ``seconds`` the counted seconds spent."""
     from solvercast.heuristics import fill_idle  # the heuristics import the core
     from solvercast.heuristics.work import pass_cost
 
-    per_simulation = pass_cost(problem, "simulate") * 1e-6
-    filled, stats = fill_idle(problem, schedule, max_simulations=max(0, int(seconds / per_simulation)))
+    per_simulation = pass_cost(problem, "fill_move") * 1e-6
+    filled, stats = fill_idle(problem, schedule, max_simulations=max(0, int(seconds / per_simulation)),
+                              deadline=deadline)
     if stats["moves"] and progress is not None:
         progress(f"{stats['moves']} moves into stalls: {simulate(problem, filled).makespan / 1e3:.1f} us")
     return filled, dict(stats, seconds=stats["simulations"] * per_simulation)
