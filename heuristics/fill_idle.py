@@ -5,8 +5,9 @@ input of a synchronous collective): `simulate.idle_points`. A compute task later
 predecessors all come before that stalled task could run in the stall: `fill_idle` tries moving each such
 task (in program order) to just before the stalled one, keeps the first move that makes the schedule
 shorter within the memory limit (judged by `simulate`), and starts over from the largest stall, until no
-move gains or ``max_simulations`` are spent. Moving a task earlier past tasks that do not depend on it keeps
-the order topological, and compute tasks never change the collective order.
+move gains or ``max_simulations`` (or the work budget of `heuristics.work`) are spent. Moving a task
+earlier past tasks that do not depend on it keeps the order topological, and compute tasks never change the
+collective order.
 
 The windows of solvers/prefixes.py and solvers/large.py search every order of a stretch of positions; this
 move spans the whole order with one task: on fsdp_tp 2 layers CP-SAT's windows stop at 278.94 us at 10 s
@@ -23,7 +24,7 @@ from solvercast.schedule import Schedule
 from solvercast.simulate import idle_points, simulate
 
 from ._common import budget_bytes
-from .work import charge
+from .work import affords, charge, note_cut
 
 
 def fill_idle(problem: Problem, schedule: Schedule, memory_budget: int | float | None = None, *,
@@ -53,6 +54,9 @@ def fill_idle(problem: Problem, schedule: Schedule, memory_budget: int | float |
                 late = deadline is not None and time.perf_counter() > deadline
                 if late or (max_simulations is not None and spent >= max_simulations):
                     return _result(schedule, order, moves), _stats(spent, moves, late)
+                if not affords(problem, "fill_move"):  # inside a work budget (heuristics.work) that is spent
+                    note_cut("fill_idle's further moves")
+                    return _result(schedule, order, moves), _stats(spent, moves, False)
                 candidate = order[:step] + [t] + order[step:later] + order[later + 1:]
                 sim = simulate(problem, Schedule(order=tuple(candidate), streams=schedule.streams))
                 charge(problem, "fill_move")

@@ -19,7 +19,7 @@ from solvercast.errors import InvalidScheduleError
 from solvercast.problem import Problem, Role, format_bytes
 from solvercast.schedule import Schedule
 
-__all__ = ["MemoryProfile", "SimResult", "memory_over_time", "memory_profile", "simulate", "validate"]
+__all__ = ["MemoryProfile", "SimResult", "idle_points", "memory_over_time", "memory_profile", "simulate", "validate"]
 
 
 @dataclass(frozen=True)

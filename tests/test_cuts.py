@@ -251,8 +251,8 @@ def test_the_walk_beside_the_search_proves_what_the_walk_here_does():
 
 
 def test_the_walk_beside_the_search_ends_at_its_deadline():
-    """A walk that cannot prove (below a makespan far under the optimum) is read until its deadline, not
-    past it, and ends unproven."""
+    """A walk that cannot prove (read at a makespan far above the optimum, which no cut reaches) is read
+    until its deadline, not long past it, and ends unproven."""
     p = _fsdp_tp_one_layer()
     started = time.perf_counter()
     got = _beside(p, 10**9, seconds=1.0).result(10**9)
@@ -290,3 +290,76 @@ def test_solve_cpsat_walks_beside_its_search_and_here_without_a_second_core(monk
     assert cut_bound(p, beside.makespan, 200_000).proven
     assert beside.status == SolveStatus.OPTIMAL and beside.bound == beside.makespan
     assert here.schedule.order == beside.schedule.order
+
+
+def test_a_caller_late_to_read_still_gets_the_proof():
+    """Found by a review: the walk proves in milliseconds, the caller reads after the deadline (its windows
+    ran into the wall cap): what the child sent is read, not dropped."""
+    proven = 0
+    for q, best, _ in _binding_tiny(range(0, 40, 3)):
+        expected = cut_bound(q, best + 1, 10**6)
+        walk = _beside(q, best + 1, seconds=0.3)
+        time.sleep(0.5)
+        got = walk.result(best)
+        assert got.bound == expected.bound and got.proven == (expected.bound >= best)
+        proven += got.proven
+    assert proven >= 1
+
+
+def test_no_walk_beside_where_fork_fails_or_the_environment_says_so(monkeypatch):
+    """A fork that fails (ENOMEM, EAGAIN: found by a review, it escaped solve_cpsat): no walk beside, then
+    or later in the process (a failed fork leaves multiprocessing's four pipe ends open: no more leak after
+    the first); SOLVERCAST_CUT_WALK_BESIDE=0: none either. The caller walks itself."""
+    import errno
+    import os
+
+    from solvercast.solvers import cuts
+
+    q, best, _ = next(_binding_tiny(range(40)))
+    deadline = time.perf_counter() + 5
+    walk = cuts.BackgroundCutBound.start(q, best + 1, deadline)
+    assert walk is not None and walk.result(best).bound == cut_bound(q, best + 1, 10**6).bound
+    assert walk.error is None
+
+    def no_memory():
+        raise OSError(errno.ENOMEM, "Cannot allocate memory")
+
+    with monkeypatch.context() as m:
+        m.setattr(cuts, "_FORK_FAILED", False)
+        m.setattr(os, "fork", no_memory)
+        assert cuts.BackgroundCutBound.start(q, best + 1, deadline) is None
+        fds = len(os.listdir("/proc/self/fd"))
+        assert cuts.BackgroundCutBound.start(q, best + 1, deadline) is None
+        assert len(os.listdir("/proc/self/fd")) == fds
+    assert not cuts._FORK_FAILED  # restored: the other tests fork
+    monkeypatch.setenv("SOLVERCAST_CUT_WALK_BESIDE", "0")
+    assert cuts.BackgroundCutBound.start(q, best + 1, deadline) is None
+
+
+def test_a_full_pipe_never_stops_the_walk(monkeypatch):
+    """Found by a review: the parent reads only when its search is done, so a walk with more better bounds
+    than the pipe holds (about 300) blocked in its send. Run in a thread here, never read until it ends: it
+    ends, and its last word is there."""
+    import multiprocessing
+    import threading
+
+    from solvercast.solvers import cuts
+
+    def chatty(problem, upper, expansions, *, deadline=None, better=None, progress=None):
+        for bound in range(1, 5_001):
+            better(cuts.CutBound(bound, "c", False, bound, bound, bound, 0.0))
+        return cuts.CutBound(5_000, "c", False, 5_000, 5_000, 5_000, 0.0)
+
+    monkeypatch.setattr(cuts, "cut_bound", chatty)
+    receive, send = multiprocessing.get_context("fork").Pipe(duplex=False)
+    child = threading.Thread(target=cuts._walk_and_report, args=(None, 10, 10, None, send), daemon=True)
+    child.start()
+    child.join(timeout=20)
+    assert not child.is_alive(), "the walk blocked on a full pipe"
+    messages = []
+    try:
+        while receive.poll(0):
+            messages.append(receive.recv())
+    except EOFError:  # all read: the child's end is closed
+        pass
+    assert messages[-1][0] == "done" and messages[-1][1].bound == 5_000 and len(messages) < 5_001

@@ -85,3 +85,15 @@ def test_some_random_programs_gain():
         gains += simulate(p, filled).makespan < simulate(p, original).makespan
         assert (stats["moves"] > 0) == (filled is not original)
     assert gains >= 5
+
+
+def test_a_spent_work_budget_stops_the_moves():
+    """Inside a work budget (heuristics.work) that pays for no trial move, none is tried, and the report's
+    list of what was cut says so."""
+    from solvercast.heuristics.work import WorkBudget, work_budget
+
+    p = _stalled()
+    original = Schedule.original(p)
+    with work_budget(WorkBudget(limit=0.0)) as budget:
+        filled, stats = fill_idle(p, original)
+    assert filled is original and stats["simulations"] == 0 and budget.cut == ["fill_idle's further moves"]

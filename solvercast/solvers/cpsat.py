@@ -316,7 +316,7 @@ def solve_cpsat(
             final, final_sim = polished.schedule, polished.simulated
         elif start is not first.schedule:
             final, final_sim = start, start_sim
-        else:  # neither the moves nor the windows improved the model's schedule
+        else:  # no window improved the model's schedule
             final, final_sim = None, first.simulated
         late = {"windows_tried": 0, "windows_improved": 0, "expansions": 0, "stopped_by_wall_clock": False}
         if not small and seconds_left >= PREFIX_MIN_SECONDS and final_sim.makespan > bound:

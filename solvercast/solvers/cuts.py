@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import select
 import time
 import traceback
 import warnings
@@ -196,20 +197,30 @@ class BackgroundCutBound:
     @classmethod
     def start(cls, problem: Problem, upper: int, deadline: float) -> BackgroundCutBound | None:
         """The walk below ``upper`` until ``deadline`` (a `time.perf_counter` reading, the same clock in
-        the child), in a child process; None where it cannot run beside the caller (one usable core, no
-        fork, or cuts that do not apply)."""
-        if (not_applicable(problem) or "fork" not in multiprocessing.get_all_start_methods() or _cores() < 2
-                or multiprocessing.current_process().daemon):  # a pool's daemonic worker may not have children
+        the child), in a child process; None where it cannot run beside the caller: cuts that do not apply,
+        one usable core, no fork, a daemonic process (a pool's worker may not have children), the
+        environment's ``SOLVERCAST_CUT_WALK_BESIDE=0``, or a fork that fails (out of memory or processes;
+        then none is tried again in this process)."""
+        global _FORK_FAILED
+        if (_FORK_FAILED or not_applicable(problem) or os.environ.get("SOLVERCAST_CUT_WALK_BESIDE", "1") == "0"
+                or "fork" not in multiprocessing.get_all_start_methods() or _cores() < 2
+                or multiprocessing.current_process().daemon):
             return None
         context = multiprocessing.get_context("fork")
         receive, send = context.Pipe(duplex=False)
         expansions = int(max(0.0, deadline - time.perf_counter()) * CUT_EXPANSIONS_PER_SECOND)
         process = context.Process(target=_walk_and_report, args=(problem, upper, expansions, deadline, send),
                                   daemon=True, name="solvercast cut bound")
-        with warnings.catch_warnings():  # a multi-threaded parent (torch, OR-Tools): the child runs Python only
-            warnings.simplefilter("ignore", DeprecationWarning)
-            process.start()
-        send.close()
+        try:
+            with warnings.catch_warnings():  # a multi-threaded parent (torch, OR-Tools): the child runs Python only
+                warnings.simplefilter("ignore", DeprecationWarning)
+                process.start()
+        except OSError:  # ENOMEM, EAGAIN: the caller walks in its own time instead, and from now on (a failed
+            receive.close()  # fork leaves multiprocessing's own four pipe ends open: no retries)
+            _FORK_FAILED = True
+            return None
+        finally:
+            send.close()
         return cls(process, receive, deadline)
 
     def result(self, makespan: int, progress: Callable[[str], None] | None = None) -> CutBound:
@@ -217,8 +228,8 @@ class BackgroundCutBound:
         its deadline passes; the child is ended either way."""
         try:
             while self._best.bound < makespan:
-                left = self._deadline - time.perf_counter()
-                if left <= 0 or not self._connection.poll(left):
+                # past the deadline what the child has sent is still read (a caller late to read loses no proof)
+                if not self._connection.poll(max(0.0, self._deadline - time.perf_counter())):
                     break
                 try:
                     kind, what = self._connection.recv()
@@ -245,6 +256,9 @@ class BackgroundCutBound:
         self._connection.close()
 
 
+_FORK_FAILED = False  # set by a fork that failed in this process: the walk beside is not tried again
+
+
 def _cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -253,9 +267,16 @@ def _cores() -> int:
 
 
 def _walk_and_report(problem: Problem, upper: int, expansions: int, deadline: float, send) -> None:
-    """The child: `cut_bound`, each better bound and the last word sent to the parent."""
+    """The child: `cut_bound`, a better bound sent to the parent whenever the pipe has room for it (the
+    parent reads only when its own search is done: a full pipe must not stop the walk; a message is far below
+    the page a writable pipe has free), and the last word."""
+
+    def better(cut: CutBound) -> None:
+        if select.select([], [send], [], 0)[1]:
+            send.send(("better", cut))
+
     try:
-        done = cut_bound(problem, upper, expansions, deadline=deadline, better=lambda cut: send.send(("better", cut)))
+        done = cut_bound(problem, upper, expansions, deadline=deadline, better=better)
         send.send(("done", done))
     except BaseException:  # noqa: BLE001 - the parent reports it; the child must not die silently
         send.send(("error", traceback.format_exc()))
