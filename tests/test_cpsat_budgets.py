@@ -242,16 +242,40 @@ def test_the_parameter_harness_leaves_the_solver_as_it_found_it():
 
 def test_the_windows_result_has_no_stall_a_later_task_could_fill(zoo_graph, monkeypatch):
     """After the windows, moves into stalls (heuristics/fill_idle.py): none of them is left that gains.
-    (The model's conversion is lowered so that its deterministic limit ends it far from the optimum.)"""
+    (The model's conversion is lowered so that its deterministic limit ends it far from the optimum, and no
+    exact windows follow CP-SAT's: they reach the optimum here.)"""
     from solvercast import extract_problem
     from solvercast.heuristics import fill_idle
     from solvercast.solvers import cpsat
 
     monkeypatch.setattr(cpsat, "search_rate", lambda kind, constraints: 0.25 if kind == "windows" else 0.012)
     monkeypatch.setattr(cpsat, "PREFIX_MAX_TASKS", 0)  # the model and its windows, no prefix search
+    monkeypatch.setattr(cpsat, "LATE_EXACT_SHARE", 0.0)
     p = at_original_peak(extract_problem(zoo_graph("fsdp_layers", layers=2)))
     hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
     res = solve_cpsat(p, time_limit=2, hint=hint)
     assert res.stats["fill_idle"]["simulations"] >= 1
     again, stats = fill_idle(p, res.schedule)
     assert stats["moves"] == 0 and again is res.schedule
+
+
+def test_exact_windows_after_cp_sats_start_at_its_stalls(zoo_graph, monkeypatch):
+    """On a graph too large for the prefix search, exact windows follow CP-SAT's windows with
+    LATE_EXACT_SHARE of the limit, around the stalls first (here they reach fsdp_layers 2 layers' optimum,
+    129.92 us, which the lowered CP-SAT conversion does not): the result valid, never worse, the same on a
+    second run."""
+    from solvercast import extract_problem
+    from solvercast.solvers import cpsat
+
+    monkeypatch.setattr(cpsat, "search_rate", lambda kind, constraints: 0.25 if kind == "windows" else 0.012)
+    monkeypatch.setattr(cpsat, "PREFIX_MAX_TASKS", 0)
+    p = at_original_peak(extract_problem(zoo_graph("fsdp_layers", layers=2)))
+    hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
+    first, second = (solve_cpsat(p, time_limit=2, hint=hint) for _ in range(2))
+    assert first.stats["late_exact_windows"]["windows_improved"] >= 1
+    assert validate(p, first.schedule).makespan <= simulate(p, hint).makespan
+    assert first.schedule.order == second.schedule.order
+    monkeypatch.setattr(cpsat, "LATE_EXACT_SHARE", 0.0)
+    without = solve_cpsat(p, time_limit=2, hint=hint)
+    assert first.makespan < without.makespan
+

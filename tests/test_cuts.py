@@ -226,11 +226,19 @@ def test_an_input_that_is_an_output_stays():
     assert kept["X"].is_output and relaxed.is_freed(list(kept).index("X")) is False
 
 
-def _beside(q, upper, seconds=30.0):
-    from solvercast.solvers.cuts import BackgroundCutBound
+@pytest.fixture(autouse=True)
+def _walk_beside_allowed(monkeypatch):
+    """The walk beside is under test here, whatever the environment says."""
+    monkeypatch.delenv("SOLVERCAST_CUT_WALK_BESIDE", raising=False)
 
-    walk = BackgroundCutBound.start(q, upper, time.perf_counter() + seconds)
-    assert walk is not None, "the tests run where a second core and fork are at hand"
+
+def _beside(q, upper, seconds=30.0):
+    from solvercast.solvers import cuts
+
+    if cuts._cores() < 2:
+        pytest.skip("one usable core: no walk beside the search (it runs in the caller's time)")
+    walk = cuts.BackgroundCutBound.start(q, upper, time.perf_counter() + seconds)
+    assert walk is not None, "a second core and fork are at hand"
     return walk
 
 
@@ -363,3 +371,60 @@ def test_a_full_pipe_never_stops_the_walk(monkeypatch):
     except EOFError:  # all read: the child's end is closed
         pass
     assert messages[-1][0] == "done" and messages[-1][1].bound == 5_000 and len(messages) < 5_001
+
+
+def test_the_walk_beside_works_past_descriptor_1024_and_without_descriptors(monkeypatch):
+    """Found by a review: `select` refuses descriptors past 1024 (a training job with many files open), so the
+    child's first report raised and the walk was lost; and a process out of descriptors raised out of
+    `start`. Past 1024 the walk beside gives the bound the walk here does; with none left, no walk beside."""
+    import errno
+    import os
+
+    from solvercast.solvers import cuts
+
+    q, best, _ = next((q, b, s) for q, b, s in _binding_tiny(range(40)) if cut_bound(q, b, 10**6).bound)
+    expected = cut_bound(q, best + 1, 10**6)
+    spare = []
+    try:
+        while len(spare) < 1100:
+            spare.append(os.open("/dev/null", os.O_RDONLY))
+        got = _beside(q, best + 1)
+        assert got._connection.fileno() > 1024
+        assert got.result(best).bound == expected.bound and got.error is None
+    finally:
+        for fd in spare:
+            os.close(fd)
+
+    def no_descriptors(self, *args, **kwargs):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    import multiprocessing
+
+    monkeypatch.setattr(cuts, "_FORK_FAILED", False)
+    monkeypatch.setattr(type(multiprocessing.get_context("fork")), "Pipe", no_descriptors)
+    assert cuts.BackgroundCutBound.start(q, best + 1, time.perf_counter() + 5) is None
+
+
+def test_a_failed_walk_beside_is_walked_here(monkeypatch):
+    """The walk beside failed (its error text set): `_bound_by_cuts` walks here in the time left, and the
+    error stays in the stats."""
+    from solvercast.solvers import cpsat, cuts
+    from solvercast.solvers.result import SolveResult, SolveStatus
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("broken walk")
+
+    q, best, schedule = next((q, b, s) for q, b, s in _binding_tiny(range(40)) if cut_bound(q, b, 10**6).bound)
+    expected = cut_bound(q, best, 10**6)
+    real = cuts.cut_bound
+    monkeypatch.setattr(cuts, "cut_bound", broken)  # the forked child inherits it
+    walk = _beside(q, best + 1)
+    monkeypatch.setattr(cuts, "cut_bound", real)
+    found = SolveResult(schedule, SolveStatus.FEASIBLE, simulate(q, schedule), None, None, 0.0)
+    got = cpsat._bound_by_cuts(q, found, time.perf_counter() + 5, None, time.perf_counter(), walk)
+    assert "broken walk" in got.stats["cut_bound"]["error"]
+    if expected.proven:
+        assert got.status == SolveStatus.OPTIMAL and got.bound == best
+    else:
+        assert got.status == SolveStatus.FEASIBLE and got.bound == expected.bound
+

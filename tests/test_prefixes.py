@@ -241,6 +241,33 @@ def test_exact_windows_never_lose_and_a_window_over_everything_is_the_whole_sear
         assert validate(p, whole).makespan == search_prefixes(p).makespan
 
 
+def test_exact_windows_go_where_they_are_told():
+    """``starts`` chooses the windows of each pass, in its order: none, none tried; the slide reversed, the
+    windows tried are those of the slide, each pass's starts asked of its own schedule."""
+    from solvercast.solvers.prefixes import improve_by_windows
+
+    gained = 0
+    for seed in range(6):
+        p = random_problem(seed, 24, comm_fraction=0.25, sync_overhead=3)
+        p = p.with_budget(simulate(p, Schedule.original(p)).peak_memory)
+        original = Schedule.original(p)
+        same, stats = improve_by_windows(p, original, 10**6, size=8, starts=lambda s, sim: [])
+        assert same is original and stats["windows_tried"] == 0
+        asked = []
+
+        def reversed_slide(schedule, sim):
+            asked.append(sim.makespan)
+            assert sim.makespan == simulate(p, schedule).makespan
+            return list(range(0, p.num_tasks - 8 + 1, 4))[::-1]
+
+        better, stats = improve_by_windows(p, original, 10**6, size=8, starts=reversed_slide)
+        assert validate(p, better).makespan <= simulate(p, original).makespan
+        assert stats["windows_tried"] == len(asked) * len(range(0, p.num_tasks - 8 + 1, 4))
+        assert all(a > b for a, b in zip(asked, asked[1:]))  # a pass follows a pass that gained
+        gained += stats["windows_improved"] > 0
+    assert gained >= 1
+
+
 @pytest.mark.parametrize("seed, n, options", [
     (1268, 12, dict(comm_fraction=0.1, preserve_collective_order=False, free_fraction=0.1, max_preds=3)),
     (5910, 9, dict(sync_overhead=3, comm_fraction=0.1, sync_comm_fraction=0.4, comm_streams=2,

@@ -229,6 +229,12 @@ EXACT_WINDOWS_SHARE = 0.3
 #: and capped by the deadline: the windows end well before it (they plan at a rate below what they reach),
 #: and taking the moves' time from theirs made simple_fsdp 2 layers worse (270.60 -> 271.83 us at 10% of it)
 FILL_IDLE_SHARE = 0.15
+#: Exact windows after CP-SAT's on larger graphs (not small enough for the prefix search), around the stalls
+#: first (`large.window_starts`), with this share of the limit on top of the windows' time (capped by the
+#: deadline, as the moves): simple_fsdp 2 layers 270.60 -> 268.58 us, its optimum, in the second window
+#: (13,920 expansions). Taken from CP-SAT's windows (15%, 30%) it had made simple_fsdp 2 layers worse (273.86)
+#: and cost fsdp_layers 8 layers its proof
+LATE_EXACT_SHARE = 0.1
 #: Cut bounds (solvers/cuts.py: the memory-forced idle after a collective's launch, solved exactly) run on a
 #: second core from the model's answer to the deadline (`cuts.BackgroundCutBound`), or, where there is none,
 #: last, in the wall-clock seconds left when there are at least this many (their share of the windows' time
@@ -272,7 +278,7 @@ def solve_cpsat(
     if not (polish and deterministic and whole and problem.machine.compute_streams == 1):
         return solve_model(problem, time_limit, memory_budget, hint, deterministic=deterministic, deadline=deadline,
                            progress=progress, **options)
-    from solvercast.solvers.large import seconds_spent, solve_windows  # large builds on this module
+    from solvercast.solvers.large import seconds_spent, solve_windows, window_starts  # large builds on this module
 
     started = time.perf_counter()
     ends = started + time_limit if deadline is None else deadline  # the windows' wall cap (see solve_model)
@@ -319,10 +325,13 @@ def solve_cpsat(
         else:  # no window improved the model's schedule
             final, final_sim = None, first.simulated
         late = {"windows_tried": 0, "windows_improved": 0, "expansions": 0, "stopped_by_wall_clock": False}
-        if not small and seconds_left >= PREFIX_MIN_SECONDS and final_sim.makespan > bound:
-            # larger graphs: exact windows from what CP-SAT's reached, in the counted seconds they left
-            got, late = improve_by_windows(budgeted, final or first.schedule, int(seconds_left * EXPANSIONS_PER_SECOND),
-                                           size=POLISH_WINDOW, deadline=ends, progress=progress)
+        if not small and final_sim.makespan > bound:
+            # larger graphs: exact windows from what CP-SAT's reached, around its stalls first, in the counted
+            # seconds they left and LATE_EXACT_SHARE of the limit on top
+            late_seconds = seconds_left + time_limit * LATE_EXACT_SHARE
+            got, late = improve_by_windows(budgeted, final or first.schedule, int(late_seconds * EXPANSIONS_PER_SECOND),
+                                           size=POLISH_WINDOW, deadline=ends, progress=progress,
+                                           starts=lambda s, sim: window_starts(budgeted, s, sim, POLISH_WINDOW))
             seconds_left = 0.0
             if late["windows_improved"]:
                 final, final_sim = got, validate(problem, got, memory_budget=memory_budget)
@@ -368,6 +377,10 @@ def _bound_by_cuts(problem: Problem, found: SolveResult, deadline: float, progre
         return found
     if walk is not None:
         cut = walk.result(found.makespan, progress)
+        seconds = deadline - time.perf_counter()
+        if walk.error and seconds >= CUT_MIN_SECONDS:  # the walk beside failed: walk here in what is left
+            cut = cut_bound(problem, found.makespan, int(seconds * CUT_EXPANSIONS_PER_SECOND), deadline=deadline,
+                            progress=progress)
     elif seconds >= CUT_MIN_SECONDS:
         cut = cut_bound(problem, found.makespan, int(seconds * CUT_EXPANSIONS_PER_SECOND), deadline=deadline,
                         progress=progress)

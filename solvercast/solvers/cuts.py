@@ -207,20 +207,23 @@ class BackgroundCutBound:
                 or multiprocessing.current_process().daemon):
             return None
         context = multiprocessing.get_context("fork")
-        receive, send = context.Pipe(duplex=False)
-        expansions = int(max(0.0, deadline - time.perf_counter()) * CUT_EXPANSIONS_PER_SECOND)
-        process = context.Process(target=_walk_and_report, args=(problem, upper, expansions, deadline, send),
-                                  daemon=True, name="solvercast cut bound")
+        ends = []
         try:
+            receive, send = context.Pipe(duplex=False)
+            ends = [receive, send]
+            _widen(send)
+            expansions = int(max(0.0, deadline - time.perf_counter()) * CUT_EXPANSIONS_PER_SECOND)
+            process = context.Process(target=_walk_and_report, args=(problem, upper, expansions, deadline, send),
+                                      daemon=True, name="solvercast cut bound")
             with warnings.catch_warnings():  # a multi-threaded parent (torch, OR-Tools): the child runs Python only
                 warnings.simplefilter("ignore", DeprecationWarning)
                 process.start()
-        except OSError:  # ENOMEM, EAGAIN: the caller walks in its own time instead, and from now on (a failed
-            receive.close()  # fork leaves multiprocessing's own four pipe ends open: no retries)
+        except OSError:  # ENOMEM, EAGAIN, EMFILE: the caller walks in its own time instead, and from now on (a
+            for end in ends:  # failed fork leaves multiprocessing's own four pipe ends open: no retries)
+                end.close()
             _FORK_FAILED = True
             return None
-        finally:
-            send.close()
+        send.close()
         return cls(process, receive, deadline)
 
     def result(self, makespan: int, progress: Callable[[str], None] | None = None) -> CutBound:
@@ -233,7 +236,8 @@ class BackgroundCutBound:
                     break
                 try:
                     kind, what = self._connection.recv()
-                except EOFError:  # the child ended without a last word
+                except (EOFError, OSError):  # the child ended without a last word, or in the middle of one
+                    self.stop()
                     self.error = self.error or f"the cut walk's process ended (exit code {self._process.exitcode})"
                     break
                 if kind == "error":
@@ -256,6 +260,21 @@ class BackgroundCutBound:
         self._connection.close()
 
 
+#: Bytes asked of the pipe from the child (Linux; the unprivileged maximum by default): a message for every
+#: cut of a graph of MAX_TASKS tasks (about 220 bytes each), so the child never finds it full before the
+#: parent reads (a default pipe holds about 300: a dropped bound could be the last one a late reader gets)
+PIPE_BYTES = 1 << 20
+
+
+def _widen(connection) -> None:
+    try:
+        import fcntl  # POSIX only, as fork
+
+        fcntl.fcntl(connection.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    except (ImportError, AttributeError, OSError):  # not Linux, or above pipe-max-size: the default stands
+        pass
+
+
 _FORK_FAILED = False  # set by a fork that failed in this process: the walk beside is not tried again
 
 
@@ -271,8 +290,11 @@ def _walk_and_report(problem: Problem, upper: int, expansions: int, deadline: fl
     parent reads only when its own search is done: a full pipe must not stop the walk; a message is far below
     the page a writable pipe has free), and the last word."""
 
+    room = select.poll()  # poll, not select: descriptors past 1024 (a review: a training job's many files)
+    room.register(send.fileno(), select.POLLOUT)
+
     def better(cut: CutBound) -> None:
-        if select.select([], [send], [], 0)[1]:
+        if room.poll(0):
             send.send(("better", cut))
 
     try:

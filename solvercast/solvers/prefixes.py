@@ -32,13 +32,13 @@ in 20-25 s, two layers (160, 10 independent parameter chains) are not in minutes
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from solvercast.errors import InfeasibleBudgetError, UnsupportedProblemError
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
-from solvercast.simulate import validate
+from solvercast.simulate import SimResult, validate
 from solvercast.solvers.result import Outcome, SolveResult
 
 #: Expansions (a prefix extended by one task) per second on the 2-core machines, measured with
@@ -353,11 +353,13 @@ def _undominated(prefixes: list) -> list:
 
 def improve_by_windows(problem: Problem, schedule: Schedule, max_expansions: int, *, size: int = 40,
                        per_window: int = 50_000, deadline: float | None = None,
-                       progress: Callable[[str], None] | None = None) -> tuple[Schedule, dict]:
+                       progress: Callable[[str], None] | None = None,
+                       starts: Callable[[Schedule, SimResult], Sequence[int]] | None = None) -> tuple[Schedule, dict]:
     """Exact windows: the prefix search over positions [lo, lo + ``size``) of the schedule's order, the rest kept
-    (`search_prefixes`' ``window``), below its makespan, windows half overlapping from the start, passes
-    repeated while one gains; each window stops after ``per_window`` expansions, all after ``max_expansions``
-    (counted: the same answer on every run). Returns the best schedule (valid, by `validate`) and stats."""
+    (`search_prefixes`' ``window``), below its makespan, windows half overlapping from the start (or where
+    ``starts`` of the pass's schedule and its simulation says, in its order), passes repeated while one gains;
+    each window stops after ``per_window`` expansions, all after ``max_expansions`` (counted: the same answer
+    on every run). Returns the best schedule (valid, by `validate`) and stats."""
     budget = problem.machine.memory_budget
     best, best_sim = schedule, validate(problem, schedule, memory_budget=budget)
     n = len(schedule.order)
@@ -366,7 +368,8 @@ def improve_by_windows(problem: Problem, schedule: Schedule, max_expansions: int
     gained = True
     while gained and spent < max_expansions and not stopped_by_wall:
         gained = False
-        for lo in range(0, max(1, n - size + 1), max(1, size // 2)):
+        slide = range(0, max(1, n - size + 1), max(1, size // 2))
+        for lo in (slide if starts is None else starts(best, best_sim)):
             if spent >= max_expansions:
                 break
             if deadline is not None and time.perf_counter() > deadline:
