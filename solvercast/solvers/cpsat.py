@@ -236,7 +236,7 @@ FILL_IDLE_SHARE = 0.15
 #: and cost fsdp_layers 8 layers its proof
 LATE_EXACT_SHARE = 0.1
 #: Cut bounds (solvers/cuts.py: the memory-forced idle after a collective's launch, solved exactly) run on a
-#: second core from the model's answer to the deadline (`cuts.BackgroundCutBound`), or, where there is none,
+#: second core from the start of the call to the deadline (`cuts.BackgroundCutBound`), or, where there is none,
 #: last, in the wall-clock seconds left when there are at least this many (their share of the windows' time
 #: made worse schedules: fsdp_tp 2 layers 278.9 -> 282.0 us, simple_fsdp 270.6 -> 276.6 at 10 s)
 CUT_MIN_SECONDS = 0.2
@@ -266,11 +266,13 @@ def solve_cpsat(
     tried without a gain (counted in deterministic time, so every run gives the same schedule; they stop at
     a lower bound) and the better schedule is returned, FEASIBLE when the windows
     improved it (OPTIMAL when they reached a lower bound), with the model's bound; ``stats["polish"]`` says
-    what the windows did. Moves of later compute tasks into the stalls left follow (`heuristics.fill_idle`,
-    FILL_IDLE_SHARE of the windows' time, ``stats["fill_idle"]``). On graphs of up to PREFIX_MAX_TASKS tasks
+    what the windows did. On graphs too large for the prefix search, exact windows around the stalls follow
+    (LATE_EXACT_SHARE of the limit, ``stats["late_exact_windows"]``); then moves of later compute tasks into
+    the stalls left (`heuristics.fill_idle`, FILL_IDLE_SHARE of the limit, ``stats["fill_idle"]``): both on
+    top of the windows' time, counted, and capped by the deadline. On graphs of up to PREFIX_MAX_TASKS tasks
     that are not views, the exact prefix search (solvers/prefixes.py) runs first, with PREFIX_SHARE of the
     limit, and again with the counted seconds the windows leave when they are more, below the makespan found
-    (``stats["prefix_search"]``): when it ends, the result is OPTIMAL. From the model's answer on, cut bounds
+    (``stats["prefix_search"]``): when it ends, the result is OPTIMAL. From the start, cut bounds
     (solvers/cuts.py) are walked on a second core until the deadline, or after everything else where there is
     none (``stats["cut_bound"]``): OPTIMAL when one proves the makespan, the schedule unchanged. Other options
     and what the call returns: `solve_model`."""
@@ -282,29 +284,30 @@ def solve_cpsat(
 
     started = time.perf_counter()
     ends = started + time_limit if deadline is None else deadline  # the windows' wall cap (see solve_model)
-    searched = 0.0  # counted seconds of a prefix search that did not end
-    if _prefix_search_fits(problem):
-        exact = solve_prefixes(problem, time_limit * PREFIX_SHARE, memory_budget, hint, deterministic=True,
-                               deadline=ends, progress=progress)
-        if exact.status == SolveStatus.OPTIMAL:
-            return dataclasses.replace(exact, stats=dict(exact.stats, prefix_search=_searched(exact)),
-                                       wall_time=time.perf_counter() - started)
-        searched = exact.stats["expansions"] / EXPANSIONS_PER_SECOND
-        time_limit -= searched
-    first = solve_model(problem, time_limit * WHOLE_MODEL_SHARE, memory_budget, hint, deterministic=True,
-                        deadline=deadline, progress=progress, max_units=WHOLE_MODEL_UNITS, **options)
-    if first.status not in (SolveStatus.FEASIBLE, SolveStatus.HINT_KEPT):
-        return first  # proven (optimal, infeasible) or nothing found
-    bound = max(first.bound or 0, lower_bounds(problem).makespan)
-    if first.makespan <= bound:
-        return first  # at a bound already (a scaled model proves nothing of the problem: synthetic 300 tasks)
-    left = time_limit - seconds_spent(first, True)
     budgeted = problem if memory_budget is None else problem.with_budget(memory_budget)
-    # the cut walk on another core from now on (the schedule never waits for it): simple_fsdp 2 layers' proof
-    # needs 4-6 s of it, which the windows leave only at 30 s (results/cut_bounds.md)
-    beside = CUT_WALK_BESIDE and ends - time.perf_counter() >= CUT_MIN_SECONDS
-    walk = BackgroundCutBound.start(budgeted, first.makespan, ends) if beside else None
+    # the cut walk on another core from the start (the schedule never waits for it; its pruning bound need
+    # not be the final makespan: any bound it proves holds): simple_fsdp 1 layer's proof needs 6-8 s of it
+    # (results/cut_bounds.md)
+    beside = CUT_WALK_BESIDE and time_limit >= CUT_MIN_SECONDS
+    walk = BackgroundCutBound.start(budgeted, _walk_upper(problem, hint), ends) if beside else None
     try:
+        searched = 0.0  # counted seconds of a prefix search that did not end
+        if _prefix_search_fits(problem):
+            exact = solve_prefixes(problem, time_limit * PREFIX_SHARE, memory_budget, hint, deterministic=True,
+                                   deadline=ends, progress=progress)
+            if exact.status == SolveStatus.OPTIMAL:
+                return dataclasses.replace(exact, stats=dict(exact.stats, prefix_search=_searched(exact)),
+                                           wall_time=time.perf_counter() - started)
+            searched = exact.stats["expansions"] / EXPANSIONS_PER_SECOND
+            time_limit -= searched
+        first = solve_model(problem, time_limit * WHOLE_MODEL_SHARE, memory_budget, hint, deterministic=True,
+                            deadline=deadline, progress=progress, max_units=WHOLE_MODEL_UNITS, **options)
+        if first.status not in (SolveStatus.FEASIBLE, SolveStatus.HINT_KEPT):
+            return first  # proven (optimal, infeasible) or nothing found
+        bound = max(first.bound or 0, lower_bounds(problem).makespan)
+        if first.makespan <= bound:
+            return first  # at a bound already (a scaled model proves nothing of the problem: synthetic 300 tasks)
+        left = time_limit - seconds_spent(first, True)
         # on small graphs exact windows first (cheap where CP-SAT's are weak: fsdp_tp 1 layer 155.3 -> 142.5 us in
         # 0.3 s), then CP-SAT's windows from what they reached
         small = _prefix_search_fits(problem)
@@ -364,6 +367,11 @@ def solve_cpsat(
     finally:
         if walk is not None:
             walk.stop()
+
+
+def _walk_upper(problem: Problem, hint: Schedule | None) -> int:
+    """The makespan the cut walk searches below when it starts: the hint's, else the original order's."""
+    return simulate(problem, hint if hint is not None else Schedule.original(problem)).makespan
 
 
 def _bound_by_cuts(problem: Problem, found: SolveResult, deadline: float, progress, started: float,
