@@ -428,3 +428,22 @@ def test_a_failed_walk_beside_is_walked_here(monkeypatch):
     else:
         assert got.status == SolveStatus.FEASIBLE and got.bound == expected.bound
 
+
+
+def test_the_walk_starts_above_the_optimum_when_the_original_order_breaks_the_budget():
+    """`cpsat._walk_upper`: the original order's makespan when it holds the budget (and a hint's), else the
+    serial horizon. A third review's case: an original order over the budget that is faster than the optimum
+    (a walk below it would stop at its first cut, proving nothing). Every walk upper is at or above the
+    brute-force optimum, and on those cases the walk beside from it proves what the walk here proves."""
+    from solvercast.solvers import cpsat
+
+    over_and_faster = 0
+    for q, best, schedule in _binding_tiny(range(80)):
+        original = simulate(q, Schedule.original(q))
+        upper = cpsat._walk_upper(q, None)
+        assert upper >= best
+        assert cpsat._walk_upper(q, schedule) == best  # an optimal hint within the budget
+        if original.peak_memory > q.machine.memory_budget and original.makespan < best:
+            over_and_faster += 1
+            assert upper > original.makespan
+    assert over_and_faster >= 1

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from ortools.sat.python import cp_model
 
 from solvercast.bounds import lower_bounds
-from solvercast.errors import InfeasibleBudgetError
+from solvercast.errors import InfeasibleBudgetError, InvalidScheduleError
 from solvercast.problem import Problem, Role
 from solvercast.schedule import Schedule
 from solvercast.simulate import simulate, validate
@@ -288,8 +288,8 @@ def solve_cpsat(
     # the cut walk on another core from the start (the schedule never waits for it; its pruning bound need
     # not be the final makespan: any bound it proves holds): simple_fsdp 1 layer's proof needs 6-8 s of it
     # (results/cut_bounds.md)
-    beside = CUT_WALK_BESIDE and time_limit >= CUT_MIN_SECONDS
-    walk = BackgroundCutBound.start(budgeted, _walk_upper(problem, hint), ends) if beside else None
+    beside = CUT_WALK_BESIDE and ends - time.perf_counter() >= CUT_MIN_SECONDS  # a caller's deadline may be past
+    walk = BackgroundCutBound.start(budgeted, _walk_upper(budgeted, hint), ends) if beside else None
     try:
         searched = 0.0  # counted seconds of a prefix search that did not end
         if _prefix_search_fits(problem):
@@ -370,8 +370,17 @@ def solve_cpsat(
 
 
 def _walk_upper(problem: Problem, hint: Schedule | None) -> int:
-    """The makespan the cut walk searches below when it starts: the hint's, else the original order's."""
-    return simulate(problem, hint if hint is not None else Schedule.original(problem)).makespan
+    """The makespan the cut walk searches below when it starts: the hint's, else the original order's, when
+    that schedule holds ``problem``'s budget; else the serial horizon. A makespan over the budget can lie below
+    the optimum, and a walk below the optimum proves nothing (a review's case: original 235 us over the
+    budget, optimum 254)."""
+    schedule = hint if hint is not None else Schedule.original(problem)
+    try:
+        sim = simulate(problem, schedule)
+    except InvalidScheduleError:  # a bad hint is reported where it is used, not here
+        return serial_horizon(problem)
+    budget = problem.machine.memory_budget
+    return sim.makespan if budget is None or sim.peak_memory <= budget else serial_horizon(problem)
 
 
 def _bound_by_cuts(problem: Problem, found: SolveResult, deadline: float, progress, started: float,

@@ -199,8 +199,8 @@ class BackgroundCutBound:
         """The walk below ``upper`` until ``deadline`` (a `time.perf_counter` reading, the same clock in
         the child), in a child process; None where it cannot run beside the caller: cuts that do not apply,
         one usable core, no fork, a daemonic process (a pool's worker may not have children), the
-        environment's ``SOLVERCAST_CUT_WALK_BESIDE=0``, or a fork that fails (out of memory or processes;
-        then none is tried again in this process)."""
+        environment's ``SOLVERCAST_CUT_WALK_BESIDE=0``, or a pipe or fork that fails (out of memory,
+        processes or file descriptors; then none is tried again in this process)."""
         global _FORK_FAILED
         if (_FORK_FAILED or not_applicable(problem) or os.environ.get("SOLVERCAST_CUT_WALK_BESIDE", "1") == "0"
                 or "fork" not in multiprocessing.get_all_start_methods() or _cores() < 2
