@@ -224,3 +224,35 @@ print("ok")
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
+
+
+def test_no_solver_runs_when_the_best_heuristic_is_at_a_lower_bound(monkeypatch):
+    """A heuristic schedule whose makespan equals `lower_bounds` is optimal: `optimize(method="auto")` returns
+    it without calling the solver it chose (which here raises), and says why; a solver asked for by name
+    still runs. The graph is found, not assumed: the first
+    synthetic graph where the best heuristic reaches the bound under budget 1.0."""
+    import dataclasses
+
+    from solvercast import methods, simulate
+    from solvercast.extract import extract_problem
+    from solvercast.heuristics import best_heuristic
+
+    for seed in range(1, 6):
+        gm = build("synthetic", tasks=120, seed=seed)
+        p = extract_problem(gm)
+        q = p.with_budget(simulate(p, Schedule.original(p)).peak_memory)
+        best = simulate(q, best_heuristic(q, memory_budget=q.machine.memory_budget)).makespan
+        if best <= lower_bounds(q).makespan:
+            break
+    else:
+        pytest.fail("no synthetic graph with its best heuristic at the bound")
+
+    def no_solver(*args, **kwargs):
+        raise AssertionError("the solver ran")
+
+    monkeypatch.setitem(methods.BY_NAME, "cpsat", dataclasses.replace(methods.BY_NAME["cpsat"], run=no_solver))
+    res = optimize(gm, time_limit=5, memory_budget=1.0)
+    assert res.report.optimized_makespan == best
+    assert "lower bound" in res.report.fallback and res.report.solver_status is None
+    with pytest.raises(AssertionError, match="the solver ran"):
+        optimize(gm, time_limit=5, method="cpsat", memory_budget=1.0)

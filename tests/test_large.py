@@ -4,6 +4,7 @@ import pytest
 
 from oracle import brute_force
 from solvercast import Machine, Problem, Role, Schedule, Task, simulate, validate
+from solvercast.bounds import lower_bounds
 from solvercast.heuristics import best_heuristic
 from solvercast.simulate import idle_points
 from solvercast.solvers.large import solve_placement, solve_windows, window_starts
@@ -173,7 +174,11 @@ def test_auto_uses_windowed_search_past_the_monolithic_size(monkeypatch):
     from solvercast.models import build
 
     monkeypatch.setattr(api, "AUTO_CPSAT_MAX_TASKS", 50)
-    res = optimize(build("synthetic", tasks=120, seed=3), time_limit=4)
+    # seed 5: its best heuristic is above the lower bound, so a solver runs (at the bound none would)
+    gm = build("synthetic", tasks=120, seed=5)
+    res = optimize(gm, time_limit=4)
+    hint = best_heuristic(res.problem, memory_budget=res.problem.machine.memory_budget)
+    assert simulate(res.problem, hint).makespan > lower_bounds(res.problem).makespan
     assert res.report.solver == "cpsat-windows"
     validate(res.problem, res.schedule)
 
