@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch.fx as fx
@@ -150,10 +150,13 @@ def extract_for_optimize(gm: fx.GraphModule, *, device="h100", compute_streams: 
 def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: float = 10.0,
                        memory_budget: int | float | None = None, method: str = "auto", deterministic: bool = True,
                        *, started: float | None = None, cost_model=None,
-                       progress: Callable[[str], None] | None = None) -> OptimizeResult:
+                       progress: Callable[[str], None] | None = None,
+                       warm_starts: Sequence[Schedule] = ()) -> OptimizeResult:
     """`optimize` from an `Extracted` graph (``gm`` is the graph it came from): the rest of the call, under
     one memory budget. ``started``: the `time.perf_counter` reading the ``time_limit`` counts from (the
-    call's start, extraction included; default now)."""
+    call's start, extraction included; default now). ``warm_starts``: schedules of this problem (another
+    budget's results: `solvercast.pareto`) that compete with the heuristics for the warm start where they
+    hold this budget; a solver or the best-heuristic method then returns one of them when nothing beats it."""
     _check_arguments(method, time_limit)
     requested = method
     start_all = time.perf_counter() if started is None else started
@@ -189,7 +192,8 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
 
     # a method asked for by name runs (an experiment compares it; the MILP refuses what it cannot model)
     at_bound = bounds.makespan if requested == "auto" else None
-    schedule, solver_info = _solve(problem, method, plan, deadline, deterministic, say, phase, baseline, at_bound)
+    schedule, solver_info = _solve(problem, method, plan, deadline, deterministic, say, phase, baseline, at_bound,
+                                   warm_starts)
     if method != requested:
         solver_info["auto_choice"] = method
 
@@ -248,12 +252,14 @@ def _quiet(msg: str) -> None:
 
 
 def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deterministic: bool, say,
-           phase, baseline: SimResult, lower_bound: int | None = None) -> tuple[Schedule, dict]:
+           phase, baseline: SimResult, lower_bound: int | None = None,
+           warm_starts: Sequence[Schedule] = ()) -> tuple[Schedule, dict]:
     """The chosen method's schedule (always within budget) and what happened. The heuristics run under
     the plan's work budget (``baseline``: the original order's simulation, which they need not repeat);
     the solver gets the plan's deterministic time, capped by the wall clock left before ``deadline``
     (less the predicted lowering). A solver is not run when the best heuristic's makespan is at
-    ``lower_bound`` (a makespan no schedule beats): it is optimal already."""
+    ``lower_bound`` (a makespan no schedule beats): it is optimal already. A schedule of ``warm_starts``
+    that holds the budget and beats the best heuristic replaces it as the warm start."""
     from solvercast.heuristics import best_heuristic
     from solvercast.heuristics.work import WorkBudget, work_budget
 
@@ -276,17 +282,25 @@ def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deter
             hint_error = None
         except InfeasibleBudgetError as e:
             hint, hint_error = None, e
-    phase("heuristics")
     use_solver = entry.kind == Kind.SOLVER
     # its simulation for the progress line, and to skip a solver that cannot beat it
-    hint_makespan = None if hint is None or not (use_solver or say is not _quiet) else simulate(problem, hint).makespan
+    hint_sim = None if hint is None or not (use_solver or say is not _quiet or warm_starts) else simulate(problem, hint)
+    hint_makespan = None if hint_sim is None else hint_sim.makespan
     if hint is not None and say is not _quiet:
         say(f"best heuristic: {hint.method}, makespan {hint_makespan / 1e3:.1f} us"
             + (f" (cut by the time limit: {', '.join(work.cut)})" if work.cut else ""))
+    for start in warm_starts:  # a tighter budget's schedule holds this one: the frontier never gets worse
+        sim = simulate(problem, start)
+        better = hint is None or (sim.makespan, sim.peak_memory) < (hint_makespan, hint_sim.peak_memory)
+        if (budget is None or sim.peak_memory <= budget) and better:  # as fast and smaller: the frontier's point
+            hint, hint_sim, hint_error = start, sim, None
+            hint_makespan = sim.makespan
+            say(f"warm start: {hint.method}, makespan {hint_makespan / 1e3:.1f} us")
+    phase("heuristics")
     info["heuristic"] = hint.method if hint is not None else None
     if hint is not None and use_solver and lower_bound is not None and hint_makespan <= lower_bound:
         # synthetic 1,000 tasks, budget 1.0: nondelay at the compute bound, and CP-SAT spent 1.2 s to keep it
-        info["fallback"] = "the best heuristic reaches a lower bound: it is optimal, no solver run"
+        info["fallback"] = f"the warm start ({hint.method}) reaches a lower bound: it is optimal, no solver run"
         info["method"] = hint.method
         return hint, info
 

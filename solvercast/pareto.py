@@ -70,10 +70,14 @@ def pareto(gm, memory_budgets, time_limit: float = 10.0, **options) -> Frontier:
     the original peak, ``math.inf`` or None for no budget), ``time_limit / len(memory_budgets)`` seconds
     each (the first share also pays for extracting the graph, which is done once); ``options`` are
     `optimize`'s. Returns the `Frontier`. Raises ValueError for an empty list; an infeasible budget raises
-    `InfeasibleBudgetError` as `optimize` does."""
+    `InfeasibleBudgetError` as `optimize` does. The budgets are solved tightest first, and each solve may start
+    from the tighter ones' schedules (they hold its budget): a looser budget never gets a slower schedule."""
+    import dataclasses
     import time
 
     from solvercast.api import extract_for_optimize, optimize_extracted
+    from solvercast.budget import resolve_budget
+    from solvercast.report import budget_label
 
     budgets = list(memory_budgets)
     if not budgets:
@@ -82,13 +86,20 @@ def pareto(gm, memory_budgets, time_limit: float = 10.0, **options) -> Frontier:
     solve_options = {k: options.pop(k) for k in ("method", "deterministic", "progress") if k in options}
     started = time.perf_counter()
     extracted = extract_for_optimize(gm, **options)
-    points = []
-    for i, asked in enumerate(budgets):
-        res = optimize_extracted(gm, extracted, share, asked, started=started if i == 0 else None,
-                                 cost_model=options.get("cost_model"), **solve_options)
+    peak = extracted.baseline.peak_memory
+    in_bytes = [resolve_budget(asked, lambda: peak, default=peak) for asked in budgets]  # bad input: before solving
+    # tightest first, each warm-started also from the tighter ones' schedules (they hold its budget): a looser
+    # budget is never slower (fsdp_layers 4 layers, 5 s each: 1.0 x found 242.6 us, 1.02 x and none kept 244.7)
+    by_tightness = sorted(range(len(budgets)), key=lambda i: math.inf if in_bytes[i] is None else in_bytes[i])
+    points: list[FrontierPoint | None] = [None] * len(budgets)
+    for rank, i in enumerate(by_tightness):
+        tighter = [dataclasses.replace(p.result.schedule, method=f"{p.method} at {budget_label(p.budget, p.ratio)}")
+                   for p in points if p is not None]
+        res = optimize_extracted(gm, extracted, share, budgets[i], started=started if rank == 0 else None,
+                                 cost_model=options.get("cost_model"), warm_starts=tighter, **solve_options)
         r = res.report
-        points.append(FrontierPoint(asked=asked, budget=r.memory_budget, makespan=r.optimized_makespan,
-                                    peak_memory=r.optimized_peak_memory, gap=r.gap, method=r.method,
-                                    solver_status=r.solver_status, result=res))
+        points[i] = FrontierPoint(asked=budgets[i], budget=r.memory_budget, makespan=r.optimized_makespan,
+                                  peak_memory=r.optimized_peak_memory, gap=r.gap, method=r.method,
+                                  solver_status=r.solver_status, result=res)
     first = points[0].result.report
     return Frontier(_mark_dominated(points), first.baseline_makespan, first.baseline_peak_memory)

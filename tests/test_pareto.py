@@ -82,3 +82,32 @@ def test_the_graph_is_extracted_once(zoo_graph, monkeypatch):
     assert frontier.points[0].result.problem.tasks is frontier.points[1].result.problem.tasks
     alone = optimize(gm, time_limit=2, memory_budget=math.inf, method="heuristic")
     assert alone.schedule == frontier.points[1].result.schedule
+
+
+def test_a_looser_budget_never_gets_a_slower_schedule(zoo_graph, monkeypatch):
+    """Budgets given loosest first are solved tightest first, and each looser one starts from the tighter
+    ones' schedules. The solver here solves only its first call (the tightest budget; it proves the optimum
+    there) and keeps its warm start after, as CP-SAT did at 5 s a budget on fsdp_layers 4 layers (1.0 x: 242.6 us, 1.02 x and none:
+    244.7): the looser budgets still get the tighter one's schedule, faster than their best heuristic."""
+    import dataclasses
+
+    from solvercast import methods
+    from solvercast.heuristics import best_heuristic
+    from solvercast.solvers.result import SolveResult, SolveStatus
+
+    real = methods.BY_NAME["cpsat"]
+    budgets_seen = []
+
+    def solves_once(problem, hint, *args, **kwargs):
+        budgets_seen.append(problem.machine.memory_budget)
+        if len(budgets_seen) == 1:  # 10 s and no deadline: it proves 1.0 x's optimum, 129.92 us, on any machine
+            return real.run(problem, hint, 10.0, True, lambda msg: None)
+        return SolveResult(hint, SolveStatus.HINT_KEPT, simulate(problem, hint), None, None, 0.0, message="kept")
+
+    monkeypatch.setitem(methods.BY_NAME, "cpsat", dataclasses.replace(real, run=solves_once))
+    frontier = pareto(zoo_graph("fsdp_layers", layers=2), [math.inf, 1.02, 1.0], time_limit=6, method="cpsat")
+    loose, mid, tight = frontier.points
+    assert budgets_seen == [tight.budget, mid.budget, None]
+    assert tight.solver_status == "optimal" and tight.makespan >= mid.makespan >= loose.makespan
+    problem = mid.result.problem
+    assert mid.makespan < simulate(problem, best_heuristic(problem, memory_budget=mid.budget)).makespan
