@@ -227,8 +227,14 @@ EXACT_WINDOWS_SHARE = 0.3
 #: in 58 simulations; 4 layers 642.25 -> 560.27 in about 1,550, results/fill_idle.md). Up to this share of the
 #: limit, counted in simulations (`heuristics.work.PASS_COST_US["fill_move"]`), on top of the windows' time
 #: and capped by the deadline: the windows end well before it (they plan at a rate below what they reach),
-#: and taking the moves' time from theirs made simple_fsdp 2 layers worse (270.60 -> 271.83 us at 10% of it)
-FILL_IDLE_SHARE = 0.15
+#: and taking the moves' time from theirs made simple_fsdp 2 layers worse (270.60 -> 271.83 us at 10% of it).
+#: 0.15 until the fourteenth session: only fsdp_tp 8 layers (1,145 tasks) ran out of moves' time (10 s: 1104.70
+#: us at 0.15, 1090.41 at 0.3, 1084.61 at 0.5, 6.1 s of wall; five other graphs of 486-1,060 tasks the same at
+#: every share; `experiments/fill_idle.py --solve --shares 0,0.15,0.3,0.5`). 0.3, not 0.5: counted work on top
+#: can meet the deadline on a loaded machine. With two busy loops on the two cores, at 0.15 and 0.3: fsdp_tp 8
+#: layers 1104.70 / 1090.41 us, 6.3 / 7.4 s, not cut; fsdp_tp 4 layers 543.29 both, its moves done in ~1,200
+#: simulations (under either share's), the deadline ending the last scan in one run of the two
+FILL_IDLE_SHARE = 0.3
 #: Exact windows after CP-SAT's on larger graphs (not small enough for the prefix search), around the stalls
 #: first (`large.window_starts`), with this share of the limit on top of the windows' time (capped by the
 #: deadline, as the moves): simple_fsdp 2 layers 270.60 -> 268.58 us, its optimum, in the second window
