@@ -164,7 +164,7 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
     clock = time.perf_counter()
 
     def tell(msg: str) -> None:  # every progress line says how much of the limit is left
-        progress(f"{msg} [{max(0.0, deadline - time.perf_counter()):.1f} s of {time_limit:g} s left]")
+        progress(f"{msg} [{max(0.0, deadline - time.perf_counter()):.1f} s of {time_limit:.3g} s left]")
 
     say = _quiet if progress is None else tell
 

@@ -65,6 +65,11 @@ def _mark_dominated(points: list[FrontierPoint]) -> tuple[FrontierPoint, ...]:
     return tuple(out)
 
 
+def _labelled(progress, label: str):
+    """``progress`` with each line saying which budget it is about (several budgets' lines follow each other)."""
+    return lambda msg: progress(f"budget {label}: {msg}")
+
+
 def pareto(gm, memory_budgets, time_limit: float = 10.0, **options) -> Frontier:
     """Optimize ``gm`` under each of ``memory_budgets`` (each as `optimize` reads one: bytes, a ratio of
     the original peak, ``math.inf`` or None for no budget), ``time_limit / len(memory_budgets)`` seconds
@@ -92,11 +97,14 @@ def pareto(gm, memory_budgets, time_limit: float = 10.0, **options) -> Frontier:
     # budget is never slower (fsdp_layers 4 layers, 5 s each: 1.0 x found 242.6 us, 1.02 x and none kept 244.7)
     by_tightness = sorted(range(len(budgets)), key=lambda i: math.inf if in_bytes[i] is None else in_bytes[i])
     points: list[FrontierPoint | None] = [None] * len(budgets)
+    progress = solve_options.pop("progress", None)
     for rank, i in enumerate(by_tightness):
         tighter = [dataclasses.replace(p.result.schedule, method=f"{p.method} at {budget_label(p.budget, p.ratio)}")
                    for p in points if p is not None]
+        label = budget_label(in_bytes[i], budgets[i] if isinstance(budgets[i], float) else None)
         res = optimize_extracted(gm, extracted, share, budgets[i], started=started if rank == 0 else None,
-                                 cost_model=options.get("cost_model"), warm_starts=tighter, **solve_options)
+                                 cost_model=options.get("cost_model"), warm_starts=tighter,
+                                 progress=None if progress is None else _labelled(progress, label), **solve_options)
         r = res.report
         points[i] = FrontierPoint(asked=budgets[i], budget=r.memory_budget, makespan=r.optimized_makespan,
                                   peak_memory=r.optimized_peak_memory, gap=r.gap, method=r.method,

@@ -111,3 +111,14 @@ def test_a_looser_budget_never_gets_a_slower_schedule(zoo_graph, monkeypatch):
     assert tight.solver_status == "optimal" and tight.makespan >= mid.makespan >= loose.makespan
     problem = mid.result.problem
     assert mid.makespan < simulate(problem, best_heuristic(problem, memory_budget=mid.budget)).makespan
+
+
+def test_progress_lines_name_their_budget(zoo_graph):
+    """Several budgets' progress lines follow each other: each says which budget it is about, in the order
+    they are solved (tightest first)."""
+    lines = []
+    pareto(zoo_graph("fsdp_layers", layers=2), [math.inf, 1.0], time_limit=2, method="heuristic",
+           progress=lines.append)
+    labels = [line.split(":")[0] for line in lines]
+    assert labels and set(labels) == {"budget 1x", "budget none"}
+    assert labels.index("budget none") > max(i for i, x in enumerate(labels) if x == "budget 1x")
