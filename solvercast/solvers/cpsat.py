@@ -197,6 +197,20 @@ WHOLE_MODEL_SHARE = 0.8
 #: in 10 s, 246.7); 3 leaves the windows most of a 10 s limit and takes fsdp_layers 4 layers to its proof in
 #: 4.1 s (2: 6.1)
 WHOLE_MODEL_UNITS = 3.0
+#: ... on graphs of up to this many tasks; on larger ones WHOLE_MODEL_UNITS * this / tasks (`whole_model_units`):
+#: there the whole model rarely gains and each unit costs more wall time, while the windows and moves after it
+#: do gain. Fourteenth session, 10 s, quiet machine (scratch): at 1.5 units (and at 0.75) fsdp_tp 4 layers (573
+#: tasks) 543.29 us -> 536.51, proven optimal, in 4.0 s instead of 7.6; simple_fsdp 4 layers (486) 532.43 ->
+#: 528.67, proven, 5.0 s instead of 10.0; fsdp_tp 8 layers (1,145) 1090.41 -> 1065.73 (0.75: 1061.81);
+#: fsdp_layers 8 (532) proven either way, fsdp_layers 16 (1,060) the same. Not below 300 tasks: at 1.5 units
+#: fsdp_layers 4 layers (268 tasks, the README's run) kept 246.7 us instead of proving 242.6, every other row of
+#: the quality table the same
+WHOLE_MODEL_FULL_TASKS = 300
+
+
+def whole_model_units(problem: Problem) -> float:
+    """The deterministic units `solve_cpsat` gives the whole model at most (WHOLE_MODEL_FULL_TASKS)."""
+    return WHOLE_MODEL_UNITS * min(1.0, WHOLE_MODEL_FULL_TASKS / problem.num_tasks)
 #: windows of the polish: tasks per window and planned seconds per window (fsdp_tp after 0.75 of the time on
 #: the model: 25 tasks 333.6 us, 40: 332.4, 80: 343.1; from the heuristic alone in 10 s, 40 / 0.5 s: 323.2,
 #: 80 / 1.0: 333.8, 120 / 2.0: 330.8)
@@ -266,7 +280,7 @@ def solve_cpsat(
     with ``polish`` (a deterministic solve of the whole graph on one compute stream), windowed search
     (`large.solve_windows`) from what the model found when it ended without a proof.
 
-    The model gets WHOLE_MODEL_SHARE of ``time_limit`` (at most WHOLE_MODEL_UNITS); a proof, a makespan at
+    The model gets WHOLE_MODEL_SHARE of ``time_limit`` (at most `whole_model_units`); a proof, a makespan at
     a lower bound, or the lack of a solution ends the call there; otherwise windows of POLISH_WINDOW tasks
     around the idle points take the rest, growing by POLISH_GROWTH whenever every window of a size has been
     tried without a gain (counted in deterministic time, so every run gives the same schedule; they stop at
@@ -307,7 +321,7 @@ def solve_cpsat(
             searched = exact.stats["expansions"] / EXPANSIONS_PER_SECOND
             time_limit -= searched
         first = solve_model(problem, time_limit * WHOLE_MODEL_SHARE, memory_budget, hint, deterministic=True,
-                            deadline=deadline, progress=progress, max_units=WHOLE_MODEL_UNITS, **options)
+                            deadline=deadline, progress=progress, max_units=whole_model_units(problem), **options)
         if first.status not in (SolveStatus.FEASIBLE, SolveStatus.HINT_KEPT):
             return first  # proven (optimal, infeasible) or nothing found
         bound = max(first.bound or 0, lower_bounds(problem).makespan)
