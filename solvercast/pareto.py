@@ -29,7 +29,12 @@ class FrontierPoint:
     @property
     def ratio(self) -> float | None:
         """The budget asked as a ratio of the original peak, if it was one."""
-        return self.asked if isinstance(self.asked, float) and math.isfinite(self.asked) else None
+        return _ratio(self.asked)
+
+
+def _ratio(asked) -> float | None:
+    """A budget as asked, as a ratio of the original peak if it is one (a finite float)."""
+    return asked if isinstance(asked, float) and math.isfinite(asked) else None
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,7 @@ def pareto(gm, memory_budgets, time_limit: float = 10.0, **options) -> Frontier:
     for rank, i in enumerate(by_tightness):
         tighter = [dataclasses.replace(p.result.schedule, method=f"{p.method} at {budget_label(p.budget, p.ratio)}")
                    for p in points if p is not None]
-        label = budget_label(in_bytes[i], budgets[i] if isinstance(budgets[i], float) else None)
+        label = budget_label(in_bytes[i], _ratio(budgets[i]))
         res = optimize_extracted(gm, extracted, share, budgets[i], started=started if rank == 0 else None,
                                  cost_model=options.get("cost_model"), warm_starts=tighter,
                                  progress=None if progress is None else _labelled(progress, label), **solve_options)

@@ -211,6 +211,8 @@ WHOLE_MODEL_FULL_TASKS = 300
 def whole_model_units(problem: Problem) -> float:
     """The deterministic units `solve_cpsat` gives the whole model at most (WHOLE_MODEL_FULL_TASKS)."""
     return WHOLE_MODEL_UNITS * min(1.0, WHOLE_MODEL_FULL_TASKS / problem.num_tasks)
+
+
 #: windows of the polish: tasks per window and planned seconds per window (fsdp_tp after 0.75 of the time on
 #: the model: 25 tasks 333.6 us, 40: 332.4, 80: 343.1; from the heuristic alone in 10 s, 40 / 0.5 s: 323.2,
 #: 80 / 1.0: 333.8, 120 / 2.0: 330.8)
