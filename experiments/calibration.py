@@ -5,11 +5,11 @@
 For every zoo model (small float32 shapes, world size 2), on real CPU tensors in one thread
 (``torch.set_num_threads(1)``), each trial:
 
-1. `solvercast.calibrate(gm, "cpu", mode=LocalCollectives, clock="thread")` with a fresh cache times
+1. `solvercast.cost.calibrate(gm, "cpu", mode=LocalCollectives, clock="thread")` with a fresh cache times
    every distinct op (views, getitems and waits too: on one CPU thread they take time, and the model
    charges them to the kernel that first reads them), in 3 warm-up and ``--runs`` timed rounds;
 2. measures, side by side: after each round one run of the module with
-   `solvercast.testing.run_local` (the collectives' local stand-ins); the median of the runs after
+   `solvercast.graph.local_run.run_local` (the collectives' local stand-ins); the median of the runs after
    the warm-up rounds;
 3. predicts: `simulate(extract_problem(gm, cost_model=...), Schedule.original(...)).makespan`.
 
@@ -63,7 +63,7 @@ class ModuleRuns:
         self.wall: list[float] = []
 
     def __call__(self, round_index: int) -> None:
-        from solvercast.testing import run_local
+        from solvercast.graph.local_run import run_local
 
         c, w = time.thread_time(), time.perf_counter()
         run_local(self.gm, self.args)
@@ -77,10 +77,10 @@ def check_model(name: str, params: dict, trials: int, runs: int, hot: bool = Fal
     import torch
 
     from solvercast import Schedule, extract_problem, simulate
-    from solvercast.calibrate import calibrate
+    from solvercast.cost.calibrate import calibrate
     from solvercast.models import build
-    from solvercast.problem import Role
-    from solvercast.testing import LocalCollectives, random_inputs
+    from solvercast.ir.problem import Role
+    from solvercast.graph.local_run import LocalCollectives, random_inputs
 
     gm = build(name, **params)
     args = random_inputs(gm)
@@ -116,7 +116,7 @@ def write(rows: list[dict], out: Path, command: str, trials: int, runs: int, hot
         f"Times are thread CPU time (`time.thread_time`): the {os.cpu_count()} cores were shared with other "
         f"processes (1-minute load average {load[0]:.1f} at the start, {load[1]:.1f} at the end), so wall time "
         "mostly measured the wait for a core; its median is given for reference. Collectives run "
-        "as `solvercast.testing.LocalCollectives` stand-ins, inline; the model prices them at the stand-ins' "
+        "as `solvercast.graph.local_run.LocalCollectives` stand-ins, inline; the model prices them at the stand-ins' "
         "measured time on the comm stream, sync overhead 0 (`simulate` may overlap them with compute, which "
         "one CPU thread cannot: at most the `comm` column).",
         "",

@@ -4,7 +4,7 @@
 
 For each function below, compiled three ways: plain ``torch.compile``; with `SolvercastPass`
 (``compute_streams=1``) as Inductor's post-grad pass; with ``compute_streams=2`` (the streams written
-in torch.compile's form by `solvercast.compile_streams`). Reports whether the outputs equal eager
+in torch.compile's form by `solvercast.fx.compile_streams`). Reports whether the outputs equal eager
 (``torch.testing.assert_close``), how many kernels the generated code runs in side-stream blocks,
 and the step time (CUDA events, median of ``--iters`` after warm-up). The functions have independent
 branches of unequal size, where a second stream can pay: small elementwise chains beside a matmul,
@@ -19,7 +19,7 @@ from unittest import mock
 import torch
 
 from solvercast import SolvercastPass
-from solvercast.measure import cuda_median_ns
+from solvercast.runtime.measure import cuda_median_ns
 
 
 def branches(x, w1, w2, w3):

@@ -12,10 +12,10 @@ bytes resident at that step).
 import argparse
 
 from solvercast import Schedule, extract_problem, lower_bounds, simulate
-from solvercast.engine import memory_profile
+from solvercast.ir.engine import memory_profile
 from solvercast.heuristics import best_heuristic
 from solvercast.models import build
-from solvercast.problem import Role
+from solvercast.ir.problem import Role
 from solvercast.solvers.cpsat import solve_cpsat
 
 

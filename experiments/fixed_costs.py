@@ -12,15 +12,15 @@ import argparse
 import os
 import time
 
-import solvercast.roofline as roofline
-from solvercast.bounds import lower_bounds
-from solvercast.extract import extract_problem
+import solvercast.cost.roofline as roofline
+from solvercast.ir.bounds import lower_bounds
+from solvercast.fx.extract import extract_problem
 from solvercast.gc_paused import gc_paused
 from solvercast.heuristics.list_scheduling import nondelay_schedule
-from solvercast.lower import lower
+from solvercast.fx.lower import lower
 from solvercast.models import build
-from solvercast.schedule import Schedule
-from solvercast.simulate import simulate
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import simulate
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
-"""The large fuzz profile: random FX programs through `optimize`, every result checked (solvercast.fuzz).
+"""The large fuzz profile: random FX programs through `optimize`, every result checked (solvercast.testing.fuzz).
 
     .venv/bin/python experiments/fuzz.py --cases 2000 [--first 0] [--workers 2] [--out experiments/results/fuzz.md]
 
-Case ``i`` is `solvercast.fuzz.Case.draw(i)`: a random program (fake or real traced), method, compute
+Case ``i`` is `solvercast.testing.fuzz.Case.draw(i)`: a random program (fake or real traced), method, compute
 stream count and budget. Each is optimized and checked: a result or a `SolvercastError`; the same values
 as the original on real inputs; within its budget (the report's, and the lowered module's own
 program-order peak with its anchors); the same lowered program on a repeat call. Writes the counts, the
@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 def run_case(seed: int) -> tuple[int, str, str, list[str]]:
     import warnings
 
-    from solvercast.fuzz import Case, check_optimize
+    from solvercast.testing.fuzz import Case, check_optimize
 
     warnings.filterwarnings("ignore")
     case = Case.draw(seed)
@@ -63,8 +63,8 @@ def main(argv=None) -> int:
         "# Fuzz: random FX programs through optimize (issue 14)", "",
         f"Command: `.venv/bin/python experiments/fuzz.py --cases {args.cases} --first {args.first} "
         f"--workers {args.workers}` ({wall:.0f} s on {args.workers} workers).", "",
-        "Each case: `solvercast.fuzz.Case.draw(seed)` (program, fake or real trace, method, 1-2 compute streams, "
-        "budget 0.9 / 1.0 / 1.1 / none, time limit 1 s), checked by `solvercast.fuzz.check_optimize`.", "",
+        "Each case: `solvercast.testing.fuzz.Case.draw(seed)` (program, fake or real trace, method, 1-2 compute streams, "
+        "budget 0.9 / 1.0 / 1.1 / none, time limit 1 s), checked by `solvercast.testing.fuzz.check_optimize`.", "",
         "| outcome | runs |", "|---|---|",
         *[f"| {k} | {counts[k]} |" for k in ("ok", "refused", "untraceable", "failed")],
         f"| **total** | **{sum(counts.values())}** |", "",

@@ -15,17 +15,17 @@ simple_fsdp, fsdp_tp) and each order:
 * ``solvercast-1`` / ``solvercast-2``: `optimize` with 1 / 2 compute streams (budget 1.0);
 * ``torch_overlap``: PyTorch's overlap scheduler's order (experiments/torch_overlap.py), on our costs;
 
-every order lowered the same way (`solvercast.lower.lower`), then run by `solvercast.measure.measure`:
+every order lowered the same way (`solvercast.fx.lower.lower`), then run by `solvercast.runtime.measure.measure`:
 each collective on its process group's comm channel for its modelled duration, launched and waited
 where the lowered graph puts them (CUDA: side stream + calibrated spin kernel, CUDA-event timing; CPU:
 a worker thread per group that sleeps out the duration, ``perf_counter`` timing), median of
 ``--iters`` steps (>= 20) after 3 warm-up steps, the steps of the orders interleaved
-(`solvercast.measure.measure_side_by_side`: on shared cores the load drifts; each order then sees the
+(`solvercast.runtime.measure.measure_side_by_side`: on shared cores the load drifts; each order then sees the
 same drift). Predicted: `simulate`'s makespan and peak for the same
 problem and schedule. Speedups are against the original order, predicted and measured side by side.
 
 Costs (``--cost``): ``calibrate`` (default) times every compute op on the device at hand with
-`solvercast.calibrate` (so the prediction is for this device), and prices the collectives with the
+`solvercast.cost.calibrate` (so the prediction is for this device), and prices the collectives with the
 analytic alpha-beta model of ``--link`` (on CUDA: the H100 profile's NVLink numbers; on CPU a stand-in
 link, ``--cpu-link-gbps``, slow enough that comm is a sizeable share of the step, since a CPU's
 compute is ~1000x slower than an H100's). ``analytic`` uses the H100 roofline for everything (on CPU
@@ -51,12 +51,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from solvercast import Schedule, optimize, simulate  # noqa: E402
-from solvercast.cost import AnalyticCostModel  # noqa: E402
-from solvercast.device import H100  # noqa: E402
-from solvercast.lower import lower  # noqa: E402
-from solvercast.measure import collective_durations, measure_side_by_side  # noqa: E402
+from solvercast.cost.model import AnalyticCostModel  # noqa: E402
+from solvercast.cost.device import H100  # noqa: E402
+from solvercast.fx.lower import lower  # noqa: E402
+from solvercast.runtime.measure import collective_durations, measure_side_by_side  # noqa: E402
 from solvercast.models import build  # noqa: E402
-from solvercast.testing import random_inputs  # noqa: E402
+from solvercast.graph.local_run import random_inputs  # noqa: E402
 
 SIZES = {
     "small": [  # CPU: a step of tens of ms
@@ -115,7 +115,7 @@ def cost_model_for(gm, device: str, cost: str, cpu_link_gbps: float):
     if cost == "analytic":
         model = AnalyticCostModel(H100)
     else:
-        from solvercast.calibrate import calibrate
+        from solvercast.cost.calibrate import calibrate
 
         model = calibrate(gm, device, base=base)  # wall clock: the measured steps are wall time too
     return OneThread(model) if device == "cpu" else model

@@ -20,7 +20,7 @@ here each collective node is rewritten to a local stand-in of the right shape (a
 all_gather -> concatenation, ...), launched on the caller's stream. So the measured times say
 nothing about comm overlap; they show the anchor ops' overhead and any compute-stream concurrency.
 For times with real overlap (each collective on its own stream for its modelled duration) use
-experiments/gpu_overlap.py (`solvercast.measure`); this script stays for the values and peaks.
+experiments/gpu_overlap.py (`solvercast.runtime.measure`); this script stays for the values and peaks.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import torch.fx as fx
 
 from solvercast import optimize
 from solvercast.models import build
-from solvercast.testing import random_inputs
+from solvercast.graph.local_run import random_inputs
 
 C10D = torch.ops._c10d_functional
 

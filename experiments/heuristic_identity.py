@@ -25,7 +25,7 @@ from solvercast import extract_problem, simulate
 from solvercast.heuristics import best_heuristic, iterative_swap
 from solvercast.heuristics._common import budget_bytes, renamed
 from solvercast.heuristics.work import WorkBudget, work_budget
-from solvercast.methods import Kind, schedule_methods
+from solvercast.pipeline.methods import Kind, schedule_methods
 from solvercast.models import build
 from solvercast.testing import random_problem
 

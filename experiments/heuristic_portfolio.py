@@ -23,9 +23,9 @@ from solvercast.gc_paused import gc_paused
 from solvercast.heuristics import iterative_swap
 from solvercast.heuristics._common import budget_bytes, renamed
 from solvercast.heuristics.work import WorkBudget, work_budget
-from solvercast.methods import schedule_methods
+from solvercast.pipeline.methods import schedule_methods
 from solvercast.models import build
-from solvercast.schedule import Schedule
+from solvercast.ir.schedule import Schedule
 
 GRAPHS = [
     ("fsdp_layers", {"layers": 4}),

@@ -1,4 +1,4 @@
-"""Compile time of the zoo's DTensor models with SolvercastPass, with and without `solvercast.pin_order`,
+"""Compile time of the zoo's DTensor models with SolvercastPass, with and without `solvercast.fx.pin_order`,
 and whether the pass's order of collectives, waits and matmuls reaches Inductor's code.
 
 Each model (one layer, its other parameters at their defaults) is compiled forward and backward on
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import solvercast.pin_order as pin_module  # noqa: E402
+import solvercast.fx.pin_order as pin_module  # noqa: E402
 from solvercast import SolvercastPass  # noqa: E402
 from test_generated_code_order import _code_kinds, _compile_with_pass  # noqa: E402
 

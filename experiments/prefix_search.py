@@ -19,7 +19,7 @@ import time
 from solvercast import Schedule, extract_problem, lower_bounds, simulate
 from solvercast.heuristics import best_heuristic
 from solvercast.models import build
-from solvercast.simulate import validate
+from solvercast.ir.simulate import validate
 from solvercast.solvers.cpsat import solve_cpsat
 from solvercast.solvers.prefixes import search_prefixes
 from solvercast.solvers.result import SolveStatus

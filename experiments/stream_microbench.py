@@ -5,7 +5,7 @@ Needs CUDA (run it on a device machine; nothing here runs on CPU)::
     python experiments/stream_microbench.py --profile h100 > experiments/results/stream_microbench_h100.md
 
 Rows (CUDA events, median of ``--iters`` after warm-up; every kernel traced once with make_fx so that
-its modelled occupancy is `solvercast.roofline.occupancy` of the same op and shapes):
+its modelled occupancy is `solvercast.cost.roofline.occupancy` of the same op and shapes):
 
 * **two matmuls on two streams**: square bf16 matmuls of n = 256 ... 8192, each alone and both
   launched together on two streams (time from the first launch to the last end);
@@ -15,7 +15,7 @@ its modelled occupancy is `solvercast.roofline.occupancy` of the same op and sha
   other's event) against the same K kernels on one stream: the extra time per kernel is one
   record + wait.
 
-Then `solvercast.device.fit_stream_parameters` fits the profile's ``num_sms`` (which scales every
+Then `solvercast.cost.device.fit_stream_parameters` fits the profile's ``num_sms`` (which scales every
 occupancy) and ``sync_overhead`` to the rows, and the script prints, per row, the datasheet's and the
 fitted model's prediction (side by side or one after the other) next to the measurement. A two-stream
 schedule is chosen by the solver only where the fitted occupancies let kernels overlap.
@@ -29,9 +29,9 @@ import json
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from solvercast.device import EventRow, StreamPairRow, fit_stream_parameters, get_profile
-from solvercast.measure import cuda_median_ns
-from solvercast.roofline import occupancy
+from solvercast.cost.device import EventRow, StreamPairRow, fit_stream_parameters, get_profile
+from solvercast.runtime.measure import cuda_median_ns
+from solvercast.cost.roofline import occupancy
 
 
 def _occupancy(fn, args, profile) -> float:
@@ -125,7 +125,7 @@ def main() -> None:
     print(f"Command: `python experiments/stream_microbench.py --profile {args.profile} --iters {args.iters}`\n")
     print("| pair | occupancies (datasheet) | alone us | together us | datasheet predicts us | fitted predicts us |")
     print("|---|---|---|---:|---:|---:|")
-    from solvercast.device import pair_prediction
+    from solvercast.cost.device import pair_prediction
 
     for r in pairs:
         print(f"| {r.label} | {r.first_occupancy:.2f} + {r.second_occupancy:.2f} | {r.first_ns / 1e3:.1f}, "

@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from solvercast import Schedule, extract_problem, lower_bounds, simulate
-from solvercast.bounds import _closures
+from solvercast.ir.bounds import _closures
 from solvercast.heuristics import best_heuristic
 from solvercast.models import build
-from solvercast.problem import Buffer, Problem, Role, Task
+from solvercast.ir.problem import Buffer, Problem, Role, Task
 from solvercast.solvers.cpsat import solve_model
 
 

@@ -14,7 +14,7 @@ and ``skip_reason``. A rerun skips rows already in the CSV (key: model, params, 
 time limit, streams, seed), so an interrupted sweep resumes where it stopped. A failing run (e.g. an
 infeasible budget) is an ``error`` row, never a crash.
 
-Methods: those of the registry (`solvercast.methods`) marked ``swept``: today ``original``,
+Methods: those of the registry (`solvercast.pipeline.methods`) marked ``swept``: today ``original``,
 ``comm_priority``, ``list``, ``nondelay``, ``heuristic`` (best heuristic) and the solvers
 ``cpsat`` / ``milp``, all go through `solvercast.optimize` (so, like for a user, a method that does
 not beat the original order returns the original order); ``torch_overlap`` is PyTorch's overlap
@@ -65,7 +65,7 @@ from dataclasses import fields
 from functools import lru_cache
 from pathlib import Path
 
-from solvercast import methods as registry
+from solvercast.pipeline import methods as registry
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
@@ -74,7 +74,7 @@ if str(HERE) not in sys.path:
 import method_summary  # noqa: E402  (experiments/)
 from method_summary import method_column  # noqa: E402
 
-# the registry's compared methods (solvercast.methods), then PyTorch's own scheduler
+# the registry's compared methods (solvercast.pipeline.methods), then PyTorch's own scheduler
 SOLVER_METHODS = registry.names(registry.Kind.SOLVER, swept=True)
 METHODS = registry.names(registry.Kind.ORIGINAL, registry.Kind.HEURISTIC, registry.Kind.BEST, swept=True) + \
     SOLVER_METHODS + ("torch_overlap",)
@@ -86,7 +86,7 @@ RENAMED = {"method": "method_used", "time_limit": "report_time_limit"}
 
 
 def _report_fields() -> list[str]:
-    from solvercast.report import Report
+    from solvercast.pipeline.report import Report
 
     out = []
     for f in fields(Report):
@@ -206,7 +206,7 @@ def _flatten(report) -> dict:
 
 def _run(job: dict) -> dict:
     from solvercast import Role, Schedule, extract_problem, lower_bounds, optimize, simulate
-    from solvercast.report import Report
+    from solvercast.pipeline.report import Report
 
     gm = _graph(job["model"], job["params"])
     streams = int(job["compute_streams"])

@@ -54,8 +54,8 @@ from unittest import mock
 import torch
 import torch.fx as fx
 
-from solvercast.problem import Problem
-from solvercast.schedule import Schedule
+from solvercast.ir.problem import Problem
+from solvercast.ir.schedule import Schedule
 
 NS_PER_MS = 1e6
 

@@ -6,7 +6,7 @@ baselines every experiment compares against (DESIGN.md, "Methods").
 * `comm_priority_schedule`: raise collectives / sink waits / fill with compute.
 * `iterative_swap`: adjacent swaps of collectives and waits under a memory budget.
 * `fill_idle`: moves of later compute tasks into the default stream's stalls under a memory budget.
-* `best_heuristic` / `run_heuristics`: every heuristic of the method registry (`solvercast.methods`),
+* `best_heuristic` / `run_heuristics`: every heuristic of the heuristics' table (`registry.SCHEDULERS`),
   judged by `simulate`.
 
 Every function returns a `Schedule` that `validate` accepts. Given a memory
@@ -16,7 +16,7 @@ budget, each returns a schedule within it whenever the original order (for
 raises `InfeasibleBudgetError` (with ``best_peak`` and ``.schedule``) instead.
 """
 
-from solvercast.engine import Timeline
+from solvercast.ir.engine import Timeline
 
 from ._common import OVER_BUDGET, budget_bytes, held_budget
 from .best import METHOD_ORDER, best_heuristic, run_heuristics

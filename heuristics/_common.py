@@ -1,7 +1,7 @@
 """Shared machinery of the heuristics: the budget a heuristic holds, the
 collective chain, and a ready set indexed by a static priority. The timing
 and memory rules the heuristics build schedules with are the execution
-engine's (`solvercast.engine`: `Timeline`, `StepMemory`, `TimeMemory`).
+engine's (`solvercast.ir.engine`: `Timeline`, `StepMemory`, `TimeMemory`).
 
 Conventions every heuristic follows:
 
@@ -29,10 +29,10 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from solvercast.budget import resolve_budget
-from solvercast.engine import StepMemory, per_problem, simulated_peak
-from solvercast.problem import Problem, Role
-from solvercast.schedule import Schedule
+from solvercast.ir.budget import resolve_budget
+from solvercast.ir.engine import StepMemory, per_problem, simulated_peak
+from solvercast.ir.problem import Problem, Role
+from solvercast.ir.schedule import Schedule
 
 from .work import charge
 
@@ -57,7 +57,7 @@ def renamed(schedule: Schedule, method: str) -> Schedule:
 
 
 def budget_bytes(problem: Problem, memory_budget: int | float | None) -> int | None:
-    """The budget a heuristic must hold, by `solvercast.budget.resolve_budget` (None: the machine's
+    """The budget a heuristic must hold, by `solvercast.ir.budget.resolve_budget` (None: the machine's
     budget, which may be None: unconstrained; a float: a ratio of the original order's peak)."""
     return resolve_budget(memory_budget, lambda: simulated_peak(problem, Schedule.original(problem)),
                           default=problem.machine.memory_budget)

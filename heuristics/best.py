@@ -1,6 +1,6 @@
 """Run every heuristic, judge each with the simulator, keep the best valid one.
 
-Which heuristics run, and their tie-break order, is the method registry's (`solvercast.methods`)."""
+Which heuristics run, and their tie-break order, is the heuristics' table's (`registry.SCHEDULERS`)."""
 
 from __future__ import annotations
 
@@ -8,23 +8,22 @@ import sys
 
 from solvercast.errors import InfeasibleBudgetError
 from solvercast.gc_paused import gc_paused
-from solvercast.methods import Kind, schedule_methods
-from solvercast.problem import Problem, format_bytes
-from solvercast.schedule import Schedule
-from solvercast.simulate import SimResult, validate
+from solvercast.ir.problem import Problem, format_bytes
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import SimResult, validate
 
 from ._common import renamed, budget_bytes
 from .iterative_swap import iterative_swap
+from .registry import SCHEDULERS
 from .work import affords, charge, note_cut
 
-_SCHEDULERS = schedule_methods()
 #: Every method `run_heuristics` may report, in tie-break order (earlier wins at equal makespan and peak:
-#: the simplest change first): the registry's original order and heuristics (`solvercast.methods`), then
+#: the simplest change first): the table's original order and heuristics (`registry.SCHEDULERS`), then
 #: each of them polished by `iterative_swap`.
-METHOD_ORDER = tuple(m.name for m in _SCHEDULERS) + tuple(m.name + "+swap" for m in _SCHEDULERS)
+METHOD_ORDER = tuple(m.name for m in SCHEDULERS) + tuple(m.name + "+swap" for m in SCHEDULERS)
 
-_ORIGINAL = tuple(m.name for m in _SCHEDULERS if m.kind == Kind.ORIGINAL)  # always judged, and polished by a swap
-_BASES = tuple(m.name for m in _SCHEDULERS if m.kind == Kind.HEURISTIC)  # the best few polished too
+_ORIGINAL = tuple(m.name for m in SCHEDULERS if m.original)  # always judged, and polished by a swap
+_BASES = tuple(m.name for m in SCHEDULERS if not m.original)  # the best few polished too
 _SWAPPED_BASES = 2  # iterative_swap is applied to the original order and to this many best other bases
 
 #: The order heuristics run in under a work budget (`heuristics.work`), by measured value per cost
@@ -66,7 +65,7 @@ def run_heuristics(problem: Problem, memory_budget: int | float | None = None, *
         charge(problem, "simulate")
         out[name] = (schedule, validate(problem, schedule, memory_budget=sys.maxsize))
 
-    by_name = {m.name: m for m in _SCHEDULERS}
+    by_name = {m.name: m for m in SCHEDULERS}
     for name in _ORIGINAL:
         if original_simulation is not None:
             out[name] = (by_name[name].run(problem, memory_budget=budget), original_simulation)

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import sys
 
-from solvercast.problem import Problem, Role
-from solvercast.schedule import Schedule
+from solvercast.ir.problem import Problem, Role
+from solvercast.ir.schedule import Schedule
 
 from ._common import ReadySet, best_by_peak, budget_bytes, peak_of, renamed
+from .iterative_swap import iterative_swap
 from .work import charge
 
 
@@ -109,8 +110,6 @@ def comm_priority_schedule(problem: Problem, raise_comms: bool = True, sink_wait
     if peak <= budget:
         return aware
     tried.append((peak, 1, aware))
-    from .iterative_swap import iterative_swap
-
     swapped = renamed(iterative_swap(problem, Schedule.original(problem), budget), name + "[swap]")
     peak = peak_of(problem, swapped)
     if peak <= budget:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import time
 
-from solvercast.problem import Problem, Role
-from solvercast.schedule import Schedule
-from solvercast.simulate import idle_points, simulate
+from solvercast.ir.problem import Problem, Role
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import idle_points, simulate
 
 from ._common import budget_bytes
 from .work import affords, charge, note_cut

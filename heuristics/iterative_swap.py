@@ -24,7 +24,7 @@ total move cap (``max_moves``, default 2 x the number of tasks).
 
 Memory is tracked incrementally per swap (resident bytes before each step,
 allocations, and frees that move between the swapped tasks when the last
-use of a buffer changes hands), exactly as `solvercast.engine.memory_profile` counts
+use of a buffer changes hands), exactly as `solvercast.ir.engine.memory_profile` counts
 it; ``on_swap`` lets a test compare with a full recomputation after every
 swap.
 """
@@ -34,9 +34,9 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Sequence
 
-from solvercast.engine import last_holders
-from solvercast.problem import Problem, Role
-from solvercast.schedule import Schedule
+from solvercast.ir.engine import last_holders
+from solvercast.ir.problem import Problem, Role
+from solvercast.ir.schedule import Schedule
 
 from ._common import OVER_BUDGET, budget_bytes, compute_work, mark_over_budget, peak_of
 from .work import charge

@@ -6,7 +6,7 @@ also the previous collective) with the highest upward rank is issued next
 first (ties: the stream left idle for the shortest gap before it, then the
 default stream, then the lower stream id), with the simulator's rules for
 readiness across streams, the launch rule of asynchronous collectives and the
-occupancy rule (`solvercast.engine.Timeline`), so the times it predicts are the times
+occupancy rule (`solvercast.ir.engine.Timeline`), so the times it predicts are the times
 `simulate` reports. Views take no stream.
 
 Memory: with a budget, a ready task whose allocation would push resident
@@ -21,11 +21,11 @@ import bisect
 
 from collections.abc import Sequence
 
-from solvercast.problem import Problem, Role
-from solvercast.schedule import Schedule
-from solvercast.simulate import simulate
+from solvercast.ir.problem import Problem, Role
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import simulate
 
-from solvercast.engine import Timeline, TimeMemory
+from solvercast.ir.engine import Timeline, TimeMemory
 
 from ._common import (ReadySet, best_by_peak, budget_bytes, comm_chain, held_budget, mark_over_budget, peak_of,
                       renamed)

@@ -7,7 +7,7 @@ Heuristics count work instead: every pass over the problem charges its task coun
 cost per task of that kind of pass (`PASS_COST_US`, microseconds on the reference 2-core machine), and
 the portfolio (`run_heuristics`) and the multi-pass heuristics skip what the budget cannot pay for. The
 count depends only on the problem and the budget, so every rank stops at the same point; `optimize`
-turns its time limit into a budget (`solvercast.time_budget.plan_time`, `TimePlan.heuristic_work`), and its report lists what was cut.
+turns its time limit into a budget (`solvercast.pipeline.time_plan.plan_time`, `TimePlan.heuristic_work`), and its report lists what was cut.
 
 Outside a `work_budget` block nothing is limited (direct calls, tests, experiments).
 """
@@ -18,7 +18,7 @@ import contextvars
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from solvercast.problem import Problem
+from solvercast.ir.problem import Problem
 
 #: Cost of one pass per task, in microseconds, with one compute stream, measured at 10,000 tasks
 #: (experiments/heuristic_portfolio.py: work counts beside wall times, experiments/results/heuristic_portfolio.md); `simulate` covers `simulated_peak` and `validate`.

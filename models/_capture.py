@@ -28,13 +28,11 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.fx as fx
 
+from solvercast.errors import CaptureError
+
 from ._tracing import fake_group, restore_fake_groups
 
 __all__ = ["CaptureError", "capture_post_grad", "fake_mesh", "rename_groups"]
-
-
-class CaptureError(RuntimeError):
-    """torch.compile did not hand the post-grad hook the graphs expected."""
 
 
 class _Captured(Exception):

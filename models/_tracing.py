@@ -32,7 +32,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from solvercast.nodes import NodeKind, classify
+from solvercast.graph.nodes import NodeKind, classify
 
 __all__ = [
     "DTYPES",

@@ -4,8 +4,8 @@ Pipeline (DESIGN.md): GraphModule --extract--> Problem --solve--> Schedule --low
 with `simulate` / `validate` / `lower_bounds` judging every schedule.
 """
 
-from solvercast.bounds import Bounds, lower_bounds
-from solvercast.device import DeviceProfile, get_profile
+from solvercast.ir.bounds import Bounds, lower_bounds
+from solvercast.cost.device import DeviceProfile, get_profile
 from solvercast.errors import (
     ExtractionError,
     InfeasibleBudgetError,
@@ -13,10 +13,10 @@ from solvercast.errors import (
     InvalidScheduleError,
     SolvercastError,
 )
-from solvercast.extract import extract_problem
-from solvercast.problem import Buffer, Machine, Problem, Role, Task
-from solvercast.schedule import Schedule
-from solvercast.simulate import SimResult, simulate, validate
+from solvercast.fx.extract import extract_problem
+from solvercast.ir.problem import Buffer, Machine, Problem, Role, Task
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import SimResult, simulate, validate
 
 __all__ = [
     "Bounds", "Buffer", "DeviceProfile", "ExtractionError", "InfeasibleBudgetError", "InvalidProblemError",
@@ -24,14 +24,14 @@ __all__ = [
     "extract_problem", "get_profile", "lower_bounds", "simulate", "validate",
 ]
 
-from solvercast.api import OptimizeResult, SolvercastPass, optimize  # noqa: E402  (needs the names above)
-from solvercast.lower import lower  # noqa: E402  (also registers the anchor ops, which lowered graphs call)
-from solvercast.report import Report  # noqa: E402
+from solvercast.pipeline.api import OptimizeResult, SolvercastPass, optimize  # noqa: E402  (needs the names above)
+from solvercast.fx.lower import lower  # noqa: E402  (also registers the anchor ops, which lowered graphs call)
+from solvercast.pipeline.report import Report  # noqa: E402
 
 __all__ += ["OptimizeResult", "Report", "SolvercastPass", "lower", "optimize"]
 
-# `solvercast.calibrate(gm)` is the function; its module stays importable as `solvercast.calibrate` in
-# `from solvercast.calibrate import ...` (Python finds submodules in sys.modules first).
-from solvercast.calibrate import calibrate  # noqa: E402
+# `solvercast.cost.calibrate(gm)` is the function; its module stays importable as `solvercast.cost.calibrate` in
+# `from solvercast.cost.calibrate import ...` (Python finds submodules in sys.modules first).
+from solvercast.cost.calibrate import calibrate  # noqa: E402
 
 __all__ += ["calibrate"]

@@ -24,6 +24,23 @@ class UnsupportedProblemError(SolvercastError, ValueError):
     model); the message names what works instead."""
 
 
+class LoweringError(SolvercastError, ValueError):
+    """The graph, the problem and the schedule do not belong together."""
+
+
+class MeasureError(SolvercastError, ValueError):
+    """The module cannot be measured: a distributed op without an asynchronous stand-in, or a
+    collective without a duration."""
+
+
+class UnhintedSizeError(ValueError):
+    """A symbolic size has no hint and the caller asked for no fallback."""
+
+
+class CaptureError(RuntimeError):
+    """torch.compile did not hand the post-grad hook the graphs expected."""
+
+
 class InfeasibleBudgetError(SolvercastError):
     """No method found a schedule within the memory budget.
 

@@ -34,9 +34,9 @@ def main() -> None:
     rank, workdir = int(sys.argv[1]), Path(sys.argv[2])
     dist.init_process_group("gloo", init_method=f"file://{workdir / 'store'}", rank=rank, world_size=2)
     torch.set_num_threads(1)
-    cal = importlib.import_module("solvercast.calibrate")  # the module (solvercast.calibrate is also the function)
+    cal = importlib.import_module("solvercast.cost.calibrate")  # the module (solvercast.cost.calibrate is also the function)
     from solvercast import optimize
-    from solvercast.profiled import profile_cost_model
+    from solvercast.cost.profiled import profile_cost_model
 
     out: dict = {"rank": rank, "sizes": list(SIZES)}
     rows = cal.measure_collectives(SIZES, kinds=("all_reduce", "all_gather"), repeats=3)

@@ -10,8 +10,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from solvercast import extract_problem
-from solvercast.collectives import collective_kind_and_group, collective_time
-from solvercast.device import get_profile
+from solvercast.cost.model import collective_kind_and_group, collective_time
+from solvercast.cost.device import get_profile
 
 
 def main():

@@ -39,7 +39,7 @@ def collective_order_ok(problem, order):
 
 def brute_force(problem, budget=None):
     """(best makespan, schedule) over all valid schedules within budget, or (None, None)."""
-    from solvercast.problem import Role
+    from solvercast.ir.problem import Role
     budget = problem.machine.memory_budget if budget is None else budget
     choosers = [t for t in range(problem.num_tasks)
                 if problem.tasks[t].role != Role.FREE and len(problem.allowed_streams(t)) > 1]
@@ -59,7 +59,7 @@ def brute_force(problem, budget=None):
 
 def reference_times(problem, schedule):
     """(start, end) of every task by DESIGN.md's timing rules, written plainly and independently of
-    `solvercast.engine` (no interval pruning, no sorted sweep; quadratic): the engine's check.
+    `solvercast.ir.engine` (no interval pruning, no sorted sweep; quadratic): the engine's check.
 
     Each stream runs its tasks in program order; an input from another stream is ready
     ``sync_overhead`` after its producer ends; a view passes readiness on; an asynchronous
@@ -67,7 +67,7 @@ def reference_times(problem, schedule):
     ``sync_overhead`` later on its comm stream; with several compute streams a compute task starts at
     the first of (its earliest start, the end of any placed compute task after it) at which the total
     occupancy stays <= 1 over its whole run."""
-    from solvercast.problem import Role
+    from solvercast.ir.problem import Role
 
     machine = problem.machine
     sync = machine.sync_overhead

@@ -8,7 +8,7 @@ Durations are ns in the range the zoo produces (a few us per matmul and collecti
 
 from __future__ import annotations
 
-from solvercast.problem import Buffer, Machine, Problem, Role, Task
+from solvercast.ir.problem import Buffer, Machine, Problem, Role, Task
 
 KIB = 1024
 

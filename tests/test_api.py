@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from solvercast import InfeasibleBudgetError, Schedule, SolvercastPass, lower_bounds, optimize, validate
-from solvercast.cli import main
+from solvercast.pipeline.cli import main
 from solvercast.models import build
 
 
@@ -169,7 +169,7 @@ def test_cli_missing_exported_file_prints_one_line_only(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from solvercast.cli import main; "
+    code = ("import sys; from solvercast.pipeline.cli import main; "
             f"sys.exit(main(['optimize', '--exported', {str(tmp_path / 'missing.pt2')!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
@@ -182,7 +182,7 @@ def test_plot_labels_bars_with_their_ops_and_is_titled_by_the_model(tmp_path, mo
     figure is titled by the model, not 'GraphModule'."""
     import matplotlib.figure
 
-    from solvercast.visualize import _short_op
+    from solvercast.runtime.visualize import _short_op
 
     assert [_short_op(o) for o in ("aten.mm.default", "_c10d_functional.all_gather_into_tensor.default",
                                    "_c10d_functional.reduce_scatter_tensor.default", "aten.add.Tensor")] == \
@@ -214,7 +214,7 @@ def test_cli_saves_the_optimized_module_for_loading_back(tmp_path, capsys):
     code = f"""
 import torch, solvercast
 from solvercast.models import build
-from solvercast.testing import random_inputs, run_local
+from solvercast.graph.local_run import random_inputs, run_local
 gm = build("tp_mlp")
 low = torch.load({str(path)!r}, weights_only=False)
 args = random_inputs(gm, seed=3)
@@ -233,8 +233,9 @@ def test_no_solver_runs_when_the_best_heuristic_is_at_a_lower_bound(monkeypatch)
     synthetic graph where the best heuristic reaches the bound under budget 1.0."""
     import dataclasses
 
-    from solvercast import methods, simulate
-    from solvercast.extract import extract_problem
+    from solvercast import simulate
+    from solvercast.pipeline import methods
+    from solvercast.fx.extract import extract_problem
     from solvercast.heuristics import best_heuristic
 
     for seed in range(1, 6):

@@ -3,7 +3,7 @@
 import pytest
 
 from solvercast import Machine, Problem, Role, Task, lower_bounds
-from solvercast.bounds import _preemptive_sequence
+from solvercast.ir.bounds import _preemptive_sequence
 from solvercast.testing import random_problem
 
 from oracle import brute_force

@@ -1,4 +1,4 @@
-"""Costs from measurements: `solvercast.calibrate`, profile-guided costs (`solvercast.profiled`),
+"""Costs from measurements: `solvercast.cost.calibrate`, profile-guided costs (`solvercast.cost.profiled`),
 collective fitting and rank agreement.
 
 Graphs are traced with make_fx on fake tensors and run on real CPU tensors; no assertion depends on
@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from solvercast.api import optimize
+from solvercast.pipeline.api import optimize
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.profiler import ProfilerActivity, profile
 
 from solvercast import Schedule, extract_problem, optimize, simulate
-from solvercast.calibrate import (
+from solvercast.cost.calibrate import (
     CACHE_ENV,
     CollectiveRow,
     CollectiveRows,
@@ -35,14 +35,14 @@ from solvercast.calibrate import (
     fit_link_parameters,
     node_op_key,
 )
-from solvercast.collectives import collective_time
-from solvercast.cost import AnalyticCostModel, CostModel, to_ns
-from solvercast.device import H100
-from solvercast.nodes import NodeKind, classify
-from solvercast.profiled import profile_cost_model, read_trace
-from solvercast.testing import LocalCollectives, random_inputs, run_local
+from solvercast.cost.model import collective_time
+from solvercast.cost.model import AnalyticCostModel, CostModel, to_ns
+from solvercast.cost.device import H100
+from solvercast.graph.nodes import NodeKind, classify
+from solvercast.cost.profiled import profile_cost_model, read_trace
+from solvercast.graph.local_run import LocalCollectives, random_inputs, run_local
 
-CAL = importlib.import_module("solvercast.calibrate")  # the module; `solvercast.calibrate` is the function
+CAL = importlib.import_module("solvercast.cost.calibrate")  # the module; `solvercast.cost.calibrate` is the function
 CPU = torch.device("cpu")
 
 
@@ -337,7 +337,7 @@ def test_calibrated_simulate_predicts_measured_cpu_runs(tmp_path):
 def test_cli_calibrate_and_profile(tmp_path, monkeypatch, capsys):
     """--calibrate and --profile price the model with measured costs (the progress line says how many
     ops were covered); both at once, or a file that is not a trace, end with exit status 2."""
-    from solvercast.cli import main
+    from solvercast.pipeline.cli import main
 
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     model = ["--model", "tp_mlp", "--param", "layers=1", "--param", "hidden=32", "--param", "seq=8",

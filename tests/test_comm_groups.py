@@ -13,7 +13,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from solvercast import Role, Schedule, extract_problem, optimize, simulate, validate
 from solvercast.models import fake_group
-from solvercast.testing import random_inputs, run_local
+from solvercast.graph.local_run import random_inputs, run_local
 
 C10D = torch.ops._c10d_functional
 

@@ -90,7 +90,7 @@ def test_graph_input_is_reordered_in_place_to_the_optimized_order():
     p = SolvercastPass(time_limit=1, compute_streams=2)
     with pytest.warns(UserWarning, match="single compute stream"):
         assert p(graph) is None
-    # same nodes (the pinned ones wrapped in control_deps, under their names: solvercast.pin_order), same owner
+    # same nodes (the pinned ones wrapped in control_deps, under their names: solvercast.fx.pin_order), same owner
     assert {n.name for n in graph.nodes if n.op != "get_attr"} == names_before and gm.graph is graph
     graph.lint()
     optimized = [n.name for n in p.last_result.gm.graph.nodes]
@@ -120,7 +120,7 @@ def test_graph_the_limit_cannot_read_is_left_as_it_is():
     """A time limit below `analysis_seconds`: the fx.Graph is neither reordered nor pinned."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from solvercast.time_budget import analysis_seconds
+    from solvercast.pipeline.time_plan import analysis_seconds
 
     gm = make_fx(step, tracing_mode="fake")(*inputs())
     before = [(n.name, n.target) for n in gm.graph.nodes]

@@ -1,4 +1,4 @@
-"""`solvercast.compile_streams`: multi-stream schedules in torch.compile's form (stream annotations,
+"""`solvercast.fx.compile_streams`: multi-stream schedules in torch.compile's form (stream annotations,
 ``torch.ops.streams`` events, control_deps), checked on the graph's structure and, on CPU, through
 Inductor's code generation; running the generated code needs CUDA (Inductor's multi-stream wrapper
 opens its streams inside a CUDA device guard), so that test skips without it.
@@ -19,9 +19,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from solvercast import Role, Schedule, SolvercastPass, extract_problem
-from solvercast.compile_streams import lower_for_compile, stream_of_node
+from solvercast.fx.compile_streams import lower_for_compile, stream_of_node
 from solvercast.heuristics import list_schedule
-from solvercast.testing import random_inputs, run_local
+from solvercast.graph.local_run import random_inputs, run_local
 
 STREAM_OPS = torch.ops.streams
 SYNC = {STREAM_OPS.record_event.default, STREAM_OPS.wait_event.default, STREAM_OPS.record_stream.default}
@@ -145,7 +145,7 @@ def test_inductor_reads_the_streams_on_cpu():
     from torch._inductor.custom_graph_pass import CustomGraphPass
     from torch._inductor.graph import GraphLowering
 
-    from solvercast.compile_streams import annotate_graph_in_place, dynamo_registry
+    from solvercast.fx.compile_streams import annotate_graph_in_place, dynamo_registry
 
     class Streams(CustomGraphPass):
         def __call__(self, graph):
@@ -210,7 +210,7 @@ def test_solvercast_pass_writes_compile_streams_for_a_cuda_graph(monkeypatch):
 
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    import solvercast.compile_streams as cs
+    import solvercast.pipeline.api as cs  # SolvercastPass calls the registry it imported
 
     with FakeTensorMode():
         args = [torch.empty(256, 256, device="cuda") for _ in range(3)]

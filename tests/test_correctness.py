@@ -1,5 +1,5 @@
 """Correct on every graph (issue 14): each failure class a fuzzer found, as a test, plus a small
-standing fuzz profile (`solvercast.fuzz`; the large one is experiments/fuzz.py)."""
+standing fuzz profile (`solvercast.testing.fuzz`; the large one is experiments/fuzz.py)."""
 
 import math
 
@@ -10,7 +10,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from solvercast import SolvercastError, extract_problem, optimize
 from solvercast.models import fake_group
-from solvercast.testing import run_local
+from solvercast.graph.local_run import run_local
 
 C = torch.ops._c10d_functional
 G = fake_group(2)
@@ -86,7 +86,7 @@ def test_repeated_solves_give_the_same_schedule_and_say_no_wall_clock():
     """Fuzz program 189 (2 streams, budget 1.1, auto): 6 calls with CP-SAT's 2 parallel workers gave 2
     different lowered programs (74/75-style "optimal" vs "feasible"); deterministic mode now gives one,
     ended by a proof or the deterministic limit, never by the wall clock."""
-    from solvercast.fuzz import Case, random_program, trace_program
+    from solvercast.testing.fuzz import Case, random_program, trace_program
 
     case = Case.draw(189)
     gm = trace_program(random_program(189), case.trace)
@@ -118,7 +118,7 @@ def test_a_budget_no_schedule_meets_is_an_infeasible_budget_error_with_best_peak
     """Fuzz program 0, 2 streams, budget 0.9, cpsat: no heuristic meets it and every CP-SAT solution
     re-simulates over it; it was an InvalidScheduleError escaping solve_cpsat."""
     from solvercast.errors import InfeasibleBudgetError
-    from solvercast.fuzz import random_program, trace_program
+    from solvercast.testing.fuzz import random_program, trace_program
 
     gm = trace_program(random_program(0), "fake")
     with pytest.raises(InfeasibleBudgetError) as e:
@@ -148,10 +148,10 @@ def test_solvercast_pass_checks_its_options_and_keys_cost_fn_by_code():
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10**6))
 def test_standing_fuzz_profile(seed):
-    """Random FX programs (solvercast.fuzz): a result or a SolvercastError, the same values on real
+    """Random FX programs (solvercast.testing.fuzz): a result or a SolvercastError, the same values on real
     inputs, within the report's budget and the lowered module (anchors included) within it, the same
     lowered program on a repeat call. The large profile: experiments/fuzz.py."""
-    from solvercast.fuzz import Case, check_optimize
+    from solvercast.testing.fuzz import Case, check_optimize
 
     outcome, why = check_optimize(Case.draw(seed))
     assert outcome != "failed", why
@@ -163,7 +163,7 @@ def test_the_lowered_module_holds_no_more_than_the_report_says(seed):
     anchors included) held more than the budget the report promised: a record token was a view of its
     tensor, holding it until a later wait_and_bind, and the peak with several streams counted only
     memory over time. Tokens now hold nothing, and that peak counts the program order too."""
-    from solvercast.fuzz import Case, check_optimize
+    from solvercast.testing.fuzz import Case, check_optimize
 
     case = Case.draw(seed)
     assert case.compute_streams == 2
@@ -176,7 +176,7 @@ def test_real_traced_programs_lower_without_a_bare_key_error(seed):
     """Fuzz programs traced with real tensors, 2 compute streams: lowering raised a bare KeyError
     (lower.py, a producer missing from the stream clocks) while views and getitems of real-traced
     values did not alias their inputs' storages; aliasing now comes from the schemas."""
-    from solvercast.fuzz import Case, check_optimize
+    from solvercast.testing.fuzz import Case, check_optimize
 
     case = Case.draw(seed)
     assert case.trace == "real" and case.compute_streams == 2

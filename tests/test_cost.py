@@ -1,4 +1,4 @@
-"""Tests for solvercast.cost: profiles, roofline, occupancy, collectives, to_ns.
+"""Tests for solvercast.cost.model: profiles, roofline, occupancy, collectives, to_ns.
 
 Expected values are derived by hand from the formulas in the module docstring,
 with the datasheet constants written out literally.
@@ -14,8 +14,8 @@ import torch
 import torch.fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from solvercast import cost, roofline
-from solvercast.cost import (
+from solvercast.cost import model as cost, roofline
+from solvercast.cost.model import (
     A100,
     COLLECTIVE_OCCUPANCY,
     H100,
@@ -217,7 +217,7 @@ def test_attention_cpu_kernel_counts_flops():
     b, h, s, d = 2, 4, 256, 64
     spec = ((b, h, s, d), torch.bfloat16)
     gm = trace_fake(torch.nn.functional.scaled_dot_product_attention, spec, spec, spec)
-    attn = [n for n in call_nodes(gm) if roofline._is_matmul_class(n.target)]
+    attn = [n for n in call_nodes(gm) if roofline.is_matmul_class(n.target)]
     assert len(attn) == 1
     # 2 matmuls (QK^T and PV), each 2*b*h*s*s*d FLOPs.
     assert node_flops(attn[0]) == 4 * b * h * s * s * d

@@ -7,13 +7,13 @@ import time
 import pytest
 
 from oracle import brute_force
-from solvercast.bounds import lower_bounds
-from solvercast.extract import extract_problem
+from solvercast.ir.bounds import lower_bounds
+from solvercast.fx.extract import extract_problem
 from solvercast.heuristics import best_heuristic
 from solvercast.models import build
-from solvercast.problem import Buffer, Machine, Problem, Role, Task
-from solvercast.schedule import Schedule
-from solvercast.simulate import simulate
+from solvercast.ir.problem import Buffer, Machine, Problem, Role, Task
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import simulate
 from solvercast.solvers.cuts import cut_bound, cut_relaxation, cuttable, not_applicable
 from solvercast.solvers.prefixes import search_prefixes
 from solvercast.testing import random_problem

@@ -6,7 +6,7 @@ import random
 from hypothesis import given, settings, strategies as st
 
 from solvercast import Schedule, simulate
-from solvercast.engine import last_holders, memory_over_time, memory_profile, time_peak
+from solvercast.ir.engine import last_holders, memory_over_time, memory_profile, time_peak
 from solvercast.heuristics._common import ReadySet
 from solvercast.testing import random_problem, random_topological_order
 

@@ -10,7 +10,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from solvercast import ExtractionError, Role, Schedule, extract_problem, simulate
 from solvercast.models import build, fake_group, list_models
-from solvercast.nodes import NodeKind, classify
+from solvercast.graph.nodes import NodeKind, classify
 
 _c10d = torch.ops._c10d_functional
 

@@ -19,7 +19,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from solvercast import Role, extract_problem, optimize
 from solvercast.models import fake_group
-from solvercast.testing import random_inputs
+from solvercast.graph.local_run import random_inputs
 
 C10D = torch.ops._c10d_functional
 

@@ -7,7 +7,7 @@ Inductor fuses the pointwise ops around them, but each collective, wait and ``at
 call (``torch.ops._c10d_functional.*``, ``extern_kernels.mm``), so the sequence of their kinds in the
 code is compared with that of the pass's order. Left alone, Inductor's scheduler moves them
 (``reorder_for_peak_memory`` sinks collectives and hoists matmuls; a fused kernel takes its first
-member's place and pulls up what the others read): `solvercast.pin_order` chains them with ``control_deps``.
+member's place and pulls up what the others read): `solvercast.fx.pin_order` chains them with ``control_deps``.
 
 A small FSDP step (three weights gathered by an autograd all_gather, their gradients
 reduce-scattered in the backward) runs by default; its order fails without the pinning (Inductor put
@@ -29,9 +29,9 @@ from solvercast.models import describe, fake_group
 from solvercast.models._capture import fake_mesh
 from solvercast.models._tracing import parse_dtype
 from solvercast.models.llama import make_step, mesh_dims
-from solvercast.nodes import NodeKind, classify
-from solvercast.pin_order import pin_order, pinned_nodes
-from solvercast.testing import LocalCollectives, random_inputs, run_local
+from solvercast.graph.nodes import NodeKind, classify
+from solvercast.fx.pin_order import pin_order, pinned_nodes
+from solvercast.graph.local_run import LocalCollectives, random_inputs, run_local
 
 GROUP = fake_group(2)
 C10D = torch.ops._c10d_functional
@@ -44,7 +44,7 @@ def _is_control_deps(node) -> bool:
 
 
 def _unwrapped(node):
-    """The op a ``control_deps`` node (`solvercast.pin_order`) runs: its subgraph's one call."""
+    """The op a ``control_deps`` node (`solvercast.fx.pin_order`) runs: its subgraph's one call."""
     if _is_control_deps(node):
         subgraph = getattr(node.graph.owning_module, node.args[1].target)
         return next(n for n in subgraph.graph.nodes if n.op == "call_function")

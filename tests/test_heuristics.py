@@ -12,7 +12,7 @@ from solvercast import (Buffer, InfeasibleBudgetError, Machine, Problem, Role, S
 from solvercast.heuristics import (METHOD_ORDER, Timeline, best_heuristic, comm_priority_schedule, held_budget,
                                    iterative_swap, list_schedule, nondelay_schedule, run_heuristics,
                                    upward_ranks)
-from solvercast.engine import memory_profile, simulated_peak
+from solvercast.ir.engine import memory_profile, simulated_peak
 from solvercast.testing import random_problem, random_topological_order
 
 from oracle import reference_times
@@ -205,7 +205,7 @@ def test_nondelay_retry_gets_past_the_fsdp_dead_end():
     # FSDP at a budget of the original peak: filling idle time casts parameters for all-gathers that
     # the collective order keeps back (and the loss), and the pass runs out of memory at the turn to
     # the backward. Deferring what the dead end blames holds the budget in the next pass.
-    from solvercast.extract import extract_problem
+    from solvercast.fx.extract import extract_problem
     from solvercast.heuristics.list_scheduling import _nondelay_pass
     from solvercast.models import build
 
@@ -299,8 +299,8 @@ def test_timeline_replays_exactly_like_simulate(seed, n, streams, sync):
 def test_memory_over_time_grows_with_the_schedule_like_simulate(seed, n, streams, sync):
     """TimeMemory, fed task by task, ends with simulate's time-based curve: the same peak, and the same
     most-resident-from-then-on at every task's start."""
-    from solvercast.engine import TimeMemory
-    from solvercast.engine import memory_over_time
+    from solvercast.ir.engine import TimeMemory
+    from solvercast.ir.engine import memory_over_time
 
     p = random_problem(seed, n, compute_streams=streams, sync_overhead=sync, free_fraction=0.2)
     rng = random.Random(seed)
@@ -488,7 +488,7 @@ _PROBLEMS = {}
 
 def zoo_problem(name):
     if name not in _PROBLEMS:
-        from solvercast.extract import extract_problem
+        from solvercast.fx.extract import extract_problem
         from solvercast.models import build
 
         _PROBLEMS[name] = extract_problem(build(name))
@@ -521,7 +521,7 @@ def test_comm_priority_never_slower_than_original_on_zoo_models(name):
        queries=st.lists(st.integers(-1, 55), min_size=1, max_size=5), block=st.sampled_from([1, 2, 3, 64]))
 def test_memory_curve_in_blocks_answers_like_a_full_sweep(changes, queries, block):
     """_Curve (sorted blocks with sums and highs) against summing the sorted changes from scratch."""
-    from solvercast.engine import _Curve
+    from solvercast.ir.engine import _Curve
 
     curve = type("SmallBlocks", (_Curve,), {"BLOCK": block})(1000)
     for k, (time, delta) in enumerate(changes):
@@ -541,7 +541,7 @@ def test_a_freeable_input_that_is_an_output_stays_in_both_memory_rules():
     """Graph outputs stay until the end, freeable input or not, over time as over program steps (the
     time rule used to free it after its last reader while the step rule kept it): I (100 B) read by a
     (10 ns), A (5 B) an output."""
-    from solvercast.engine import TimeMemory, memory_over_time, memory_profile
+    from solvercast.ir.engine import TimeMemory, memory_over_time, memory_profile
 
     p = Problem((Task("a", C, 10),), (), (Buffer("I", 100, None, (0,), is_output=True, freeable=True),
                                           Buffer("A", 5, 0, (), is_output=True)),

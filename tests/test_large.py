@@ -4,9 +4,9 @@ import pytest
 
 from oracle import brute_force
 from solvercast import Machine, Problem, Role, Schedule, Task, simulate, validate
-from solvercast.bounds import lower_bounds
+from solvercast.ir.bounds import lower_bounds
 from solvercast.heuristics import best_heuristic
-from solvercast.simulate import idle_points
+from solvercast.ir.simulate import idle_points
 from solvercast.solvers.large import solve_placement, solve_windows, window_starts
 from solvercast.solvers.result import SolveStatus
 from solvercast.testing import random_problem
@@ -170,10 +170,11 @@ def test_small_windows_and_placement_are_valid_and_never_worse(seed):
 
 
 def test_auto_uses_windowed_search_past_the_monolithic_size(monkeypatch):
-    from solvercast import api, optimize
+    from solvercast import optimize
+    from solvercast.pipeline import solve
     from solvercast.models import build
 
-    monkeypatch.setattr(api, "AUTO_CPSAT_MAX_TASKS", 50)
+    monkeypatch.setattr(solve, "AUTO_CPSAT_MAX_TASKS", 50)
     # seed 5: its best heuristic is above the lower bound, so a solver runs (at the bound none would)
     gm = build("synthetic", tasks=120, seed=5)
     res = optimize(gm, time_limit=4)

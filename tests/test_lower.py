@@ -1,4 +1,4 @@
-"""Lowering a Schedule back into FX (solvercast.lower) and the anchor ops (solvercast.ops)."""
+"""Lowering a Schedule back into FX (solvercast.fx.lower) and the anchor ops (solvercast.graph.ops)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from solvercast import InvalidScheduleError, Role, Schedule, extract_problem, validate
-from solvercast import ops
-from solvercast.lower import LoweringError, anchor_nodes, lower, strip_anchors
-from solvercast.testing import random_inputs, run_local as run
+from solvercast.graph import ops
+from solvercast.fx.lower import LoweringError, anchor_nodes, lower, strip_anchors
+from solvercast.graph.local_run import random_inputs, run_local as run
 from solvercast.models import build, list_models
 
 C10D = torch.ops._c10d_functional
@@ -78,7 +78,7 @@ def task_names(gm: fx.GraphModule) -> list[str]:
 # ---- a replay of the bracket rules: every read and dependency synchronized? ---------------------
 
 def check_stream_program(low: fx.GraphModule, problem, schedule: Schedule) -> dict:
-    """Replay ``low`` under the anchor semantics (solvercast.ops) and check:
+    """Replay ``low`` under the anchor semantics (solvercast.graph.ops) and check:
     each task runs on the stream lowering promises, every dependency of the
     problem and every value read across streams is covered by an event wait,
     stream 0 is current outside brackets and at the end, and stream 0 has
@@ -457,7 +457,7 @@ def test_writer_of_a_collective_input_waits_for_the_launch():
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from solvercast import Schedule, extract_problem, validate
-    from solvercast.lower import lower
+    from solvercast.fx.lower import lower
     from solvercast.models import fake_group
 
     group = fake_group(4)

@@ -1,4 +1,4 @@
-"""`solvercast.measure`: lowered modules run with collectives that really run asynchronously.
+"""`solvercast.runtime.measure`: lowered modules run with collectives that really run asynchronously.
 
 On CPU a collective is a job on its process group's worker thread (fill its output, sleep out its
 duration) and its wait joins the job, so overlap is real; every check compares two runs measured
@@ -13,10 +13,10 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from solvercast import Schedule, extract_problem, simulate
-from solvercast.lower import lower
-from solvercast.measure import MeasureError, measure, measure_side_by_side, run_asynchronously
+from solvercast.fx.lower import lower
+from solvercast.runtime.measure import MeasureError, measure, measure_side_by_side, run_asynchronously
 from solvercast.models import fake_group
-from solvercast.testing import random_inputs, run_local
+from solvercast.graph.local_run import random_inputs, run_local
 
 C10D = torch.ops._c10d_functional
 SMALL = {"layers": 1, "hidden": 128, "seq": 32, "batch": 2, "dtype": "float32"}

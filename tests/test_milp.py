@@ -3,11 +3,11 @@
 import pytest
 
 from oracle import brute_force
-from solvercast.bounds import lower_bounds
+from solvercast.ir.bounds import lower_bounds
 from solvercast.errors import InfeasibleBudgetError, UnsupportedProblemError
-from solvercast.problem import Buffer, Machine, Problem, Role, Task
-from solvercast.schedule import Schedule
-from solvercast.simulate import simulate, validate
+from solvercast.ir.problem import Buffer, Machine, Problem, Role, Task
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import simulate, validate
 from solvercast.solvers.milp import highs_available, solve_milp
 from solvercast.solvers.result import SolveStatus
 from solvercast.testing import random_problem

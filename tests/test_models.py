@@ -10,7 +10,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensor
 
 from solvercast.models import build, describe, group_is_registered, list_models
-from solvercast.nodes import classify, is_collective, is_wait
+from solvercast.graph.nodes import classify, is_collective, is_wait
 
 EXPECTED_KINDS = {
     "tp_mlp": {"all_reduce"},

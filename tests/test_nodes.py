@@ -1,4 +1,4 @@
-"""solvercast.nodes: what each FX node is, on tiny graphs traced with make_fx on fake tensors."""
+"""solvercast.graph.nodes: what each FX node is, on tiny graphs traced with make_fx on fake tensors."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from solvercast import extract_problem
-from solvercast.collectives import COLLECTIVE_KINDS, REGISTRY
-from solvercast.nodes import NodeKind, classify, costs_nothing, is_task
+from solvercast.graph.collectives import COLLECTIVE_KINDS, REGISTRY
+from solvercast.graph.nodes import NodeKind, classify, costs_nothing, is_task
 from solvercast.models import fake_group
 from test_cost import _collective_graph
 

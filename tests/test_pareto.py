@@ -6,7 +6,7 @@ import math
 import pytest
 
 from solvercast import optimize, simulate, validate
-from solvercast.pareto import pareto
+from solvercast.pipeline.pareto import pareto
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_no_budgets_is_an_error(zoo_graph):
 
 
 def test_cli_budgets(capsys):
-    from solvercast.cli import main
+    from solvercast.pipeline.cli import main
 
     assert main(["optimize", "--model", "tp_mlp", "--budgets", "1.0,none", "--method", "heuristic",
                  "--time-limit", "4"]) == 0
@@ -71,7 +71,7 @@ def test_cli_budgets(capsys):
 
 def test_the_graph_is_extracted_once(zoo_graph, monkeypatch):
     """Every budget shares one extraction (and so one problem), and each point equals `optimize`'s own."""
-    import solvercast.api as api
+    import solvercast.pipeline.solve as api
 
     calls = []
     extract = api.extract_problem
@@ -91,7 +91,7 @@ def test_a_looser_budget_never_gets_a_slower_schedule(zoo_graph, monkeypatch):
     244.7): the looser budgets still get the tighter one's schedule, faster than their best heuristic."""
     import dataclasses
 
-    from solvercast import methods
+    from solvercast.pipeline import methods
     from solvercast.heuristics import best_heuristic
     from solvercast.solvers.result import SolveResult, SolveStatus
 

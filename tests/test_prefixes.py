@@ -6,10 +6,10 @@ import pytest
 
 from oracle import brute_force
 from reorder_shapes import SHAPES
-from solvercast.bounds import lower_bounds
+from solvercast.ir.bounds import lower_bounds
 from solvercast.errors import InfeasibleBudgetError, UnsupportedProblemError
-from solvercast.schedule import Schedule
-from solvercast.simulate import simulate, validate
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import simulate, validate
 from solvercast.solvers.cpsat import solve_cpsat
 from solvercast.solvers.prefixes import search_prefixes, solve_prefixes
 from solvercast.solvers.result import SolveStatus
@@ -139,7 +139,7 @@ def test_prefixes_that_differ_only_in_a_collective_end_are_both_kept():
 def test_optimize_with_the_prefix_search_keeps_the_values_and_the_budget(seed):
     """Random FX programs through `optimize(method="prefixes")`: the same values, the report and the
     lowered module within the budget, the same program on a repeat call (`fuzz.check_optimize`)."""
-    from solvercast.fuzz import Case, check_optimize
+    from solvercast.testing.fuzz import Case, check_optimize
 
     case = Case(seed=seed, trace=("fake", "real")[seed % 2], method="prefixes", compute_streams=1,
                 budget=(0.9, 1.0, None)[seed % 3])
@@ -289,7 +289,7 @@ def test_a_dominated_prefix_wakes_what_its_dominator_had_asleep(seed, n, options
 
 
 def test_edge_cases_a_review_found():
-    from solvercast.problem import Buffer, Machine, Problem, Role, Task
+    from solvercast.ir.problem import Buffer, Machine, Problem, Role, Task
 
     # a view issued first frees a freeable input, but the peak counts it before any step
     tasks = (Task("v", Role.FREE), Task("mm", Role.COMPUTE, duration=10))

@@ -1,7 +1,7 @@
 """The zoo's graphs made by PyTorch's own machinery (``llama_tp``, ``simple_fsdp``, ``fsdp_tp``):
 captured from torch.compile's post-grad hook, they extract, optimize and lower with the values of
 the captured graph (forward outputs and saved activations; gradients), on CPU, also with the order
-pinned for Inductor (`solvercast.pin_order`).
+pinned for Inductor (`solvercast.fx.pin_order`).
 
 A build compiles a training step once per process (both graphs at once), so the six graphs here
 cost three compiles."""
@@ -13,9 +13,9 @@ import torch
 
 from solvercast import extract_problem, optimize, simulate, validate
 from solvercast.models import build, describe
-from solvercast.nodes import classify
-from solvercast.pin_order import pin_order
-from solvercast.testing import random_inputs, run_local
+from solvercast.graph.nodes import classify
+from solvercast.fx.pin_order import pin_order
+from solvercast.graph.local_run import random_inputs, run_local
 
 MODELS = ["llama_tp", "simple_fsdp", "fsdp_tp"]
 # what each graph must communicate: (forward, backward) collective kinds, from the parallelism itself
@@ -57,7 +57,7 @@ def test_builds_extracts_optimizes_and_lowers_with_the_same_values(name, backwar
     expected, got = run_local(gm, args), run_local(res.gm, args)
     assert len(expected) == len(got) and sum(isinstance(t, torch.Tensor) for t in expected) >= 2
     assert all(_same(a, b) for a, b in zip(expected, got))
-    # pinned as SolvercastPass hands it to Inductor (solvercast.pin_order), the order computes the same
+    # pinned as SolvercastPass hands it to Inductor (solvercast.fx.pin_order), the order computes the same
     pinned = copy.deepcopy(res.gm)
     assert pin_order(pinned.graph) > 0
     pinned.recompile()

@@ -177,7 +177,7 @@ def test_any_topological_order_simulates_within_bounds(seed, n, streams, sync, o
 
 @pytest.mark.parametrize("streams", [1, 2])
 def test_plotted_memory_curve_peaks_at_the_reported_peak(streams):
-    from solvercast.visualize import memory_curve
+    from solvercast.runtime.visualize import memory_curve
 
     for seed in range(20):
         p = random_problem(seed, 30, compute_streams=streams, sync_overhead=3)
@@ -196,7 +196,7 @@ def test_plotted_memory_curve_peaks_at_the_reported_peak(streams):
 def test_earliest_fit_is_the_first_candidate_whose_window_fits(intervals, est, duration, occupancy):
     """The sweep against its definition: the first of est and the later interval ends at which the load,
     summed afresh at the window's start and at every interval start inside the window, leaves room."""
-    from solvercast.engine import OCCUPANCY_SLACK as _OCCUPANCY_SLACK, earliest_fit as _earliest_fit
+    from solvercast.ir.engine import OCCUPANCY_SLACK as _OCCUPANCY_SLACK, earliest_fit as _earliest_fit
 
     active = [(s, s + length, o) for s, length, o in intervals]
 

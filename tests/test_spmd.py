@@ -54,7 +54,7 @@ def _worker(rank: int, port: int, result_dir: str) -> None:
     import random  # noqa: PLC0415
 
     from solvercast import Role, Schedule, extract_problem, validate  # noqa: PLC0415
-    from solvercast.lower import anchor_nodes, lower  # noqa: PLC0415
+    from solvercast.fx.lower import anchor_nodes, lower  # noqa: PLC0415
     from solvercast.models import build  # noqa: PLC0415
 
     torch.set_num_threads(1)

@@ -11,14 +11,14 @@ from solvercast.errors import SolvercastError
 from solvercast.heuristics import best_heuristic, run_heuristics
 from solvercast.heuristics.best import PORTFOLIO
 from solvercast.heuristics.work import WorkBudget, pass_cost, work_budget
-from solvercast.bounds import lower_bounds
-from solvercast.lower import anchor_nodes, lower
+from solvercast.ir.bounds import lower_bounds
+from solvercast.fx.lower import anchor_nodes, lower
 from solvercast.models import build
 from solvercast.testing import random_problem
 from solvercast.solvers.cpsat import solve_cpsat
 from solvercast.solvers.result import SolveStatus
-from solvercast.bounds import EXPOSURE_MAX_TASKS
-from solvercast.time_budget import (EXPOSURE_BOUND_SECONDS_PER_TASK, MIN_SOLVER_SECONDS, SOLVER_BUILD_SECONDS_PER_TASK, STRUCTURAL_BOUNDS_SECONDS_PER_TASK,
+from solvercast.ir.bounds import EXPOSURE_MAX_TASKS
+from solvercast.pipeline.time_plan import (EXPOSURE_BOUND_SECONDS_PER_TASK, MIN_SOLVER_SECONDS, SOLVER_BUILD_SECONDS_PER_TASK, STRUCTURAL_BOUNDS_SECONDS_PER_TASK,
                                     analysis_seconds, can_analyse, plan_time)
 
 
@@ -199,7 +199,7 @@ def test_a_limit_that_cannot_pay_for_reading_the_graph_returns_it_untouched(monk
     assert can_analyse(needed, nodes) and not can_analyse(needed * 0.99, nodes)
     assert not can_analyse(needed, nodes + 100)  # more nodes need more time
 
-    import solvercast.api as api
+    import solvercast.pipeline.solve as api
 
     def no_extraction(*args, **kwargs):
         raise AssertionError("an unanalysed call must not extract")
@@ -217,7 +217,7 @@ def test_a_limit_that_cannot_pay_for_reading_the_graph_returns_it_untouched(monk
         with pytest.raises(SolvercastError, match="not analysed"):
             res.save_trace(str(tmp_path / "trace.json"))
         # the CLI prints the report and skips the pictures instead of failing
-        from solvercast.cli import main
+        from solvercast.pipeline.cli import main
 
         assert main(["optimize", "--model", "synthetic", "--param", "tasks=300", "--param", "seed=1",
                      "--time-limit", f"{needed * 0.99}", "--trace", str(tmp_path / "t.json"),

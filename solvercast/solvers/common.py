@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 
-from solvercast.problem import Problem, Role
+from solvercast.ir.problem import Problem, Role
 
 
 def scale_problem(problem: Problem, factor: int) -> Problem:

@@ -19,18 +19,18 @@ from collections.abc import Callable
 
 from ortools.sat.python import cp_model
 
-from solvercast.bounds import lower_bounds
+from solvercast.ir.bounds import lower_bounds
 from solvercast.errors import InfeasibleBudgetError, InvalidScheduleError
-from solvercast.problem import Problem, Role
-from solvercast.schedule import Schedule
-from solvercast.simulate import simulate, validate
+from solvercast.ir.problem import Problem, Role
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import simulate, validate
 from solvercast.solvers.common import scale_problem, serial_horizon
 from solvercast.solvers.cpsat_model import CpsatModel, model_horizon_cap
 from solvercast.solvers.result import Outcome, SolveResult, SolveStatus, best_valid
 from solvercast.solvers.cuts import CUT_EXPANSIONS_PER_SECOND, BackgroundCutBound, cut_bound
 from solvercast.solvers.prefixes import EXPANSIONS_PER_SECOND, improve_by_windows, solve_prefixes
 from solvercast.solvers.scope import Scope
-from solvercast.time_budget import SOLVER_BUILD_SECONDS_PER_TASK
+from solvercast.pipeline.time_plan import SOLVER_BUILD_SECONDS_PER_TASK
 
 #: CP-SAT deterministic time per CPU second of its search, one worker (deterministic mode), by model kind
 #: (`model_kind`), measured with OR-Tools 9.15 on the 2-core machine while it was quiet (the solving process

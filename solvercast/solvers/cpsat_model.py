@@ -53,10 +53,10 @@ from functools import cached_property
 
 from ortools.sat.python import cp_model
 
-from solvercast.bounds import earliest_starts, latest_starts
-from solvercast.problem import Problem, Role
-from solvercast.schedule import Schedule
-from solvercast.simulate import SimResult
+from solvercast.ir.bounds import earliest_starts, latest_starts
+from solvercast.ir.problem import Problem, Role
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import SimResult
 from solvercast.solvers.common import shifted_tasks, start_time_keys, topological_by_key
 from solvercast.solvers.scope import Scope
 

@@ -38,7 +38,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from solvercast.problem import Buffer, Problem, Role, Task
+from solvercast.ir.problem import Buffer, Problem, Role, Task
 from solvercast.solvers.prefixes import search_prefixes
 
 

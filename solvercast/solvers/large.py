@@ -34,9 +34,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from solvercast.problem import Problem, Role
-from solvercast.schedule import Schedule
-from solvercast.simulate import SimResult, idle_points, simulate
+from solvercast.ir.problem import Problem, Role
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import SimResult, idle_points, simulate
 from solvercast.solvers.cpsat import solve_cpsat
 from solvercast.solvers.result import SolveResult, SolveStatus, potential
 

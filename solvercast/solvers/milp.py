@@ -64,11 +64,11 @@ import tempfile
 import time
 import warnings
 
-from solvercast.bounds import earliest_starts, latest_starts, lower_bounds
+from solvercast.ir.bounds import earliest_starts, latest_starts, lower_bounds
 from solvercast.errors import InfeasibleBudgetError, UnsupportedProblemError
-from solvercast.problem import Problem, Role
-from solvercast.schedule import Schedule
-from solvercast.simulate import SimResult, simulate, validate
+from solvercast.ir.problem import Problem, Role
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import SimResult, simulate, validate
 from solvercast.solvers.common import (scale_problem, serial_horizon, serial_syncs, start_time_keys,
                                        topological_by_key)
 from solvercast.solvers.result import Outcome, SolveResult, SolveStatus, best_valid

@@ -36,9 +36,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from solvercast.errors import InfeasibleBudgetError, UnsupportedProblemError
-from solvercast.problem import Problem, Role
-from solvercast.schedule import Schedule
-from solvercast.simulate import SimResult, validate
+from solvercast.ir.problem import Problem, Role
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import SimResult, validate
 from solvercast.solvers.result import Outcome, SolveResult
 
 #: Expansions (a prefix extended by one task) per second on the 2-core machines, measured with

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from solvercast.errors import InvalidScheduleError
-from solvercast.problem import Problem
-from solvercast.schedule import Schedule
-from solvercast.simulate import SimResult, validate
+from solvercast.ir.problem import Problem
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import SimResult, validate
 from solvercast.solvers.common import shifted_tasks
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from solvercast.problem import Problem, Role
-from solvercast.schedule import Schedule
-from solvercast.simulate import SimResult
+from solvercast.ir.problem import Problem, Role
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import SimResult
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,269 @@
+"""Multi-stream schedules in the form torch.compile reads: stream annotations and stream events.
+
+`solvercast.fx.lower` expresses streams with solvercast's anchor ops, which eager PyTorch runs but
+Inductor cannot lower. torch 2.13 carries streams in FX itself, and this module writes a schedule in
+that form (checked against the installed torch: ``torch/_dynamo/variables/streams.py``,
+``torch/_functorch/_aot_autograd/streams.py``, ``torch/_inductor/scheduler.py``):
+
+* a node that runs on a side stream has ``node.meta["custom"]["stream"] = i``, where ``i`` indexes
+  a stream object in dynamo's external-object registry (``torch._dynamo.graph_bytecode_inputs``);
+  Inductor's scheduler reads it (``_populate_stream_assignments``), never fuses across streams and
+  generates ``with stream<k>:`` blocks. Nodes on stream 0 (the caller's stream) stay unannotated;
+* a value crossing streams: ``torch.ops.streams.record_event(e, producer_stream)`` right after its
+  producer and ``torch.ops.streams.wait_event(e, consumer_stream)`` right before the consumer, with a
+  fresh event ``e`` per (producer, consumer) pair. **Every consumer has its own event and its own
+  wait**: PyTorch's open bug is that two waits on one event do not order both consumers;
+* the order Inductor must keep is made explicit with its ``control_deps`` higher-order op
+  (`torch._inductor.fx_passes.control_dependencies.preserve_node_ordering`, the mechanism
+  AOTAutograd uses for user streams): the record depends on its producer, the wait on its record,
+  and the consumer on its waits, so no reordering or fusion can move a consumer before its wait;
+* a value read on a stream other than its producer's is bound with ``torch.ops.streams.record_stream``
+  before its consumer, so the caching allocator keeps it until that stream is done;
+* side streams wait for the caller's stream at their first task (the inputs were made there), and the
+  caller's stream waits for each side stream's last task before the output (the final join).
+
+Which stream each task runs on follows `solvercast.fx.lower` (FREE tasks: none; asynchronous
+collectives: launched from stream 0; factory ops: stream 0; everything else: the schedule's stream).
+
+`lower_for_compile(gm, problem, schedule)` returns a new GraphModule in this form (stream and event
+indices from ``stream_index`` / ``new_event``, by default dynamo's registry);
+`annotate_graph_in_place` does the same to an Inductor post-grad graph (what `SolvercastPass` calls
+when ``compute_streams > 1``).
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+from torch.fx.node import map_arg
+
+from solvercast.errors import InvalidScheduleError
+from solvercast.fx.lower import cross_stream_producers, exec_streams
+from solvercast.graph.nodes import is_task
+from solvercast.ir.problem import Problem, Role
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import validate
+
+__all__ = ["StreamPlan", "annotate_graph_in_place", "dynamo_registry", "lower_for_compile", "stream_of_node"]
+
+
+
+def _stream_ops():
+    """``torch.ops.streams`` (its ops are registered when dynamo's stream module is imported: lazily,
+    since importing dynamo costs seconds)."""
+    import torch._dynamo.variables.streams  # noqa: F401
+
+    return torch.ops.streams
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """What the lowering added: ``events`` recorded (one per cross-stream edge, forks and joins
+    included), ``waits`` (one per event: no event is waited on twice), ``bound`` record_stream calls,
+    ``side_tasks`` tasks annotated with a side stream."""
+
+    events: int
+    waits: int
+    bound: int
+    side_tasks: int
+
+
+def stream_of_node(node: fx.Node) -> int | None:
+    """The stream index a node carries (``meta["custom"]["stream"]``), None for the caller's stream."""
+    return (node.meta.get("custom") or {}).get("stream")
+
+
+def dynamo_registry(device: torch.device) -> tuple[Callable[[int], int], Callable[[], int]]:
+    """``(stream_index, new_event)`` backed by dynamo's external-object registry: stream 0 is the
+    current stream of ``device``, every other id a new ``torch.Stream``, every event a new
+    ``torch.Event``. Objects registered while torch.compile compiles a frame are recreated by the
+    frame's bytecode at every call; outside a compile they stay registered for eager runs."""
+    from torch._dynamo.variables.streams import get_current_stream, new_event, new_stream
+
+    indices: dict[int, int] = {}
+
+    def stream_index(stream_id: int) -> int:
+        if stream_id not in indices:
+            # CPU has no current accelerator stream; its streams are all the same no-op stream
+            current = stream_id == 0 and device.type != "cpu"
+            indices[stream_id] = get_current_stream(device) if current else new_stream(device=device)
+        return indices[stream_id]
+
+    return stream_index, new_event
+
+
+def _exec_streams(gm: fx.GraphModule, graph: fx.Graph, problem: Problem, schedule: Schedule,
+                  task_nodes: list[fx.Node]) -> list[int | None]:
+    return exec_streams(gm, graph, problem, schedule, task_nodes)  # lowering's rules: both lowerings agree
+
+
+def _cross_stream_edges(problem: Problem, exec_stream: list[int | None], pos: dict[int, int]) -> list[tuple[int, int]]:
+    """(producer, consumer) pairs on different streams that need an event (`lower.cross_stream_producers`,
+    the rule lowering follows)."""
+    return [(p, t) for t in sorted(pos, key=pos.__getitem__) if exec_stream[t] is not None
+            for p in cross_stream_producers(problem, t, exec_stream[t], pos, exec_stream.__getitem__)]
+
+
+def _tensor_inputs_from(consumer: fx.Node, producer: fx.Node, free: set[fx.Node]) -> list[fx.Node]:
+    """The consumer's tensor inputs that are the producer or views of it (``free``: the FREE tasks'
+    nodes), i.e. what the consumer reads from the producer's stream."""
+    out = []
+    for inp in dict.fromkeys(consumer.all_input_nodes):
+        stack, seen = [inp], set()
+        while stack:
+            n = stack.pop()
+            if n is producer:
+                out.append(inp)
+                break
+            if n in seen or n.op != "call_function" or (n not in free and n is not inp):
+                continue
+            seen.add(n)
+            stack.extend(n.all_input_nodes)
+    return [n for n in out if isinstance(n.meta.get("val"), torch.Tensor)]
+
+
+def annotate_graph_in_place(graph: fx.Graph, problem: Problem, schedule: Schedule, *,
+                            stream_index: Callable[[int], int], new_event: Callable[[], int],
+                            gm: fx.GraphModule | None = None) -> StreamPlan:
+    """Reorder ``graph`` (whose schedulable nodes are ``problem``'s tasks, by name) to ``schedule``'s
+    program order and write its streams in torch.compile's form (module docstring). ``graph`` must
+    have an owning module (the control_deps subgraphs are stored on it). Raises
+    `InvalidScheduleError` when the graph and the problem do not match."""
+    from torch._inductor.fx_passes.control_dependencies import (
+        _create_subgraph_for_node,
+        control_deps,
+        get_subgraph_name,
+        preserve_node_ordering,
+    )
+    from torch.utils._ordered_set import OrderedSet
+
+    streams_ops = _stream_ops()
+    owner = gm if gm is not None else graph.owning_module
+    if owner is None:
+        raise InvalidScheduleError("the graph needs an owning module for its control_deps subgraphs")
+    by_name = {n.name: n for n in graph.nodes if is_task(n)}
+    if len(by_name) != problem.num_tasks or any(t.name not in by_name for t in problem.tasks):
+        raise InvalidScheduleError("the graph's schedulable nodes are not the problem's tasks: extract the "
+                                   "problem from this graph")
+    task_nodes = [by_name[t.name] for t in problem.tasks]
+    output = next(n for n in graph.nodes if n.op == "output")
+    placed = set(task_nodes)
+    head = [n for n in graph.nodes if n.op in ("placeholder", "get_attr")]
+    rest = [n for n in graph.nodes if n not in placed and n.op not in ("placeholder", "get_attr", "output")]
+    for node in head + [task_nodes[t] for t in schedule.order] + rest:
+        output.prepend(node)
+    pos = {t: i for i, t in enumerate(schedule.order)}
+    exec_stream = _exec_streams(owner, graph, problem, schedule, task_nodes)
+
+    for t, s in enumerate(exec_stream):
+        if s:
+            node = task_nodes[t]
+            node.meta["custom"] = {**(node.meta.get("custom") or {}), "stream": stream_index(s)}
+
+    records: list[fx.Node] = []
+    waits = 0
+    bound = 0
+    free = {task_nodes[t] for t, task in enumerate(problem.tasks) if task.role == Role.FREE}
+
+    def record(after: fx.Node, stream: int) -> tuple[int, fx.Node]:
+        event = new_event()
+        with graph.inserting_after(after):
+            rec = graph.call_function(streams_ops.record_event.default, (event, stream_index(stream)))
+        if stream:
+            rec.meta["custom"] = {"stream": stream_index(stream)}
+        if after.op == "call_function":  # ordered after its producer: control_deps((producer,), record)
+            name = rec.name
+            preserve_node_ordering(graph, {rec: OrderedSet([after])})  # replaces rec by a node of its name
+            rec = next(n for n in after.users if n.target is control_deps and n.name == name)
+        records.append(rec)
+        return event, rec
+
+    def wait(event: int, rec: fx.Node, stream: int, consumer: fx.Node, values: list[fx.Node]) -> None:
+        """wait_event(event, stream) right before ``consumer``, as control_deps((rec,), wait, *values):
+        the consumer reads ``values`` through it, so nothing can run the consumer before its wait."""
+        nonlocal waits
+        with graph.inserting_before(consumer):
+            node = graph.call_function(streams_ops.wait_event.default, (event, stream_index(stream)))
+        sub = _create_subgraph_for_node(graph, node, values)
+        name = get_subgraph_name(owner, node.name)
+        setattr(owner, name, sub)
+        with graph.inserting_before(node):
+            attr = graph.get_attr(name)
+            ctrl = graph.call_function(control_deps, ((rec,), attr, *values), name=f"{node.name}_ctrl")
+        ctrl.meta["val"] = (None, *(v.meta.get("val") for v in values))
+        if stream:
+            ctrl.meta["custom"] = {"stream": stream_index(stream)}
+        replace = {}
+        with graph.inserting_after(ctrl):
+            for i, v in reversed(list(enumerate(values))):
+                item = graph.call_function(operator.getitem, (ctrl, i + 1))
+                item.meta.update(v.meta)
+                replace[v] = item
+        consumer.args = map_arg(consumer.args, lambda n: replace.get(n, n))
+        consumer.kwargs = map_arg(consumer.kwargs, lambda n: replace.get(n, n))
+        graph.erase_node(node)
+        waits += 1
+
+    def first_tensor_input(node: fx.Node) -> list[fx.Node]:
+        return [n for n in node.all_input_nodes if isinstance(n.meta.get("val"), torch.Tensor)][:1]
+
+    # a consumer's syncs: (producer node, producer stream, the consumer's inputs read from it)
+    incoming: dict[int, list[tuple[fx.Node, int, list[fx.Node]]]] = {}
+    for p, t in _cross_stream_edges(problem, exec_stream, pos):
+        consumer = task_nodes[t]
+        values = _tensor_inputs_from(consumer, task_nodes[p], free)
+        for value in values:  # the allocator must keep it until the consumer's stream is done with it
+            with graph.inserting_before(consumer):
+                graph.call_function(streams_ops.record_stream.default, (value, stream_index(exec_stream[t])))
+            bound += 1
+        incoming.setdefault(t, []).append((task_nodes[p], exec_stream[p], values))
+    # fork: each side stream's first task waits for the caller's stream (where the inputs were made)
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for t in schedule.order:
+        s = exec_stream[t]
+        if s:
+            first.setdefault(s, t)
+            last[s] = t
+    anchor = head[-1] if head else next(iter(graph.nodes))
+    for s, t in first.items():
+        incoming.setdefault(t, []).append((anchor, 0, []))
+    for t, syncs in incoming.items():
+        consumer = task_nodes[t]
+        for producer, producer_stream, values in syncs:
+            event, rec = record(producer, producer_stream)
+            wait(event, rec, exec_stream[t], consumer, values or first_tensor_input(consumer))
+    # join: the caller's stream waits for each side stream's last task; the outputs pass through it
+    for s, t in last.items():
+        event, rec = record(task_nodes[t], s)
+        outputs = [n for n in dict.fromkeys(output.all_input_nodes) if isinstance(n.meta.get("val"), torch.Tensor)]
+        wait(event, rec, 0, output, outputs)
+    graph.lint()
+    return StreamPlan(events=len(records), waits=waits, bound=bound, side_tasks=sum(1 for s in exec_stream if s))
+
+
+def lower_for_compile(gm: fx.GraphModule, problem: Problem, schedule: Schedule, *,
+                      stream_index: Callable[[int], int] | None = None,
+                      new_event: Callable[[], int] | None = None) -> fx.GraphModule:
+    """A new GraphModule: ``gm`` in ``schedule``'s order with its streams in torch.compile's form.
+    Indices default to `dynamo_registry` for the device of ``gm``'s first tensor input. The plan is
+    on ``out.meta["solvercast_streams"]``."""
+    validate(problem.with_budget(None), schedule)
+    out = fx.GraphModule(gm, copy.deepcopy(gm.graph), class_name=type(gm).__name__)
+    out.meta = dict(getattr(gm, "meta", {}))
+    if stream_index is None or new_event is None:
+        device = next((n.meta["val"].device for n in gm.graph.nodes
+                       if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)), torch.device("cpu"))
+        default_index, default_event = dynamo_registry(device)
+        stream_index = stream_index or default_index
+        new_event = new_event or default_event
+    plan = annotate_graph_in_place(out.graph, problem, schedule, stream_index=stream_index, new_event=new_event,
+                                   gm=out)
+    out.recompile()
+    out.meta["solvercast_streams"] = plan
+    return out

@@ -1,0 +1,402 @@
+"""FX GraphModule -> Problem.
+
+Reads only the graph and each node's ``meta["val"]`` (fake tensors from
+make_fx, torch.export or AOT); never modifies the input module. One task per
+schedulable node (everything but placeholders, get_attr and output), task ids
+in graph order.
+
+Roles, from `solvercast.graph.nodes.classify` and the storages below:
+  placeholder / get_attr    graph inputs: resident buffers (or freeable if named)
+  _c10d_functional.*        COMM; asynchronous when a wait_tensor completes it
+  wait_tensor               WAIT; returns its collective's buffer (an alias)
+  ops named in comm_ops     COMM without a wait: synchronous comm ops
+  no fresh storage          FREE (views, reshape of contiguous input, getitem,
+                            detach, alias, ...), unless the op writes an input
+                            (`solvercast.graph.nodes.is_free_task`)
+  writes an input (schema)  COMPUTE; aliases the written buffer, and is ordered
+                            after earlier readers and before later ones
+  anything else             COMPUTE
+
+Costs come from a `solvercast.cost.model.CostModel`: the analytic model of
+``device`` unless ``cost_model`` is given, with ``cost_fn`` overriding
+durations per node.
+
+Buffers are storages: two values sharing a storage are one buffer. A node
+uses every storage of every node it reads, which is also how PyTorch's FX
+memory estimator counts uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+import torch.fx as fx
+from torch.utils._pytree import tree_flatten
+
+from solvercast.cost.model import AnalyticCostModel, CostFnOverrides, CostModel
+from solvercast.cost.device import DeviceProfile, get_profile
+from solvercast.errors import ExtractionError
+from solvercast.graph.fxmeta import attribute, graph_frozen, hint_int
+from solvercast.gc_paused import gc_paused
+from solvercast.graph.nodes import NodeKind, classify, is_free_task, is_task
+from solvercast.ir.problem import Buffer, Machine, Problem, Role, Task
+
+
+def _tensors(val) -> list[torch.Tensor]:
+    if isinstance(val, torch.Tensor):  # most values: no pytree walk
+        return [val]
+    return [v for v in tree_flatten(val)[0] if isinstance(v, torch.Tensor)]
+
+
+def _storage_key(t: torch.Tensor) -> tuple[int, str]:
+    return (t.untyped_storage()._cdata, str(t.device))
+
+
+def _storage_bytes(t: torch.Tensor) -> int:
+    """Bytes of ``t``'s storage. A buffer size must be known, so a symbolic size without a hint
+    gets no fallback: `hint_int` raises `UnhintedSizeError` (a ValueError)."""
+    try:
+        return hint_int(t.untyped_storage().nbytes(), fallback=None)
+    except (RuntimeError, NotImplementedError):  # e.g. tensor subclasses without a storage
+        return hint_int(t.numel(), fallback=None) * t.element_size()
+
+
+def _returns_nothing(node: fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return node.op == "call_function" and schema is not None and len(schema.returns) == 0
+
+
+def _is_none_item(node: fx.Node) -> bool:
+    """A getitem of a container whose value holds None at that index."""
+    if classify(node).kind is not NodeKind.GETITEM or len(node.args) < 2 or not isinstance(node.args[0], fx.Node):
+        return False
+    container, index = node.args[0].meta.get("val"), node.args[1]
+    return isinstance(container, (list, tuple)) and isinstance(index, int) and -len(container) <= index < len(container) \
+        and container[index] is None
+
+
+def _matches(node: fx.Node, ops: Iterable) -> bool:
+    target = node.target
+    packet = getattr(target, "overloadpacket", None)
+    for op in ops:
+        if target is op or (packet is not None and packet is op):
+            return True
+        if isinstance(op, str) and op in (str(target), getattr(target, "__name__", None), str(packet)):
+            return True
+    return False
+
+
+@graph_frozen()  # extraction and the cost model ask several times per node
+@gc_paused()
+def extract_problem(
+    gm: fx.GraphModule,
+    device: str | DeviceProfile = "h100",
+    compute_streams: int = 1,
+    comm_ops: Iterable | None = None,
+    cost_fn: Callable[[fx.Node], float | None] | None = None,
+    *,
+    comm_streams: int | None = None,
+    memory_budget: int | None = None,
+    freeable_inputs: Iterable[str] = (),
+    preserve_collective_order: bool = True,
+    default_group_size: int = 8,
+    cost_model: CostModel | None = None,
+) -> Problem:
+    """Build the scheduling Problem of ``gm``.
+
+    Streams: ``compute_streams`` compute streams, and ``comm_streams`` comm
+    streams (None: one per process group the collectives use; each
+    collective runs on its group's, `Problem.comm_stream`).
+
+    Costs: ``cost_model`` if given, else `AnalyticCostModel` of ``device``
+    (``default_group_size`` sizes collectives whose process group cannot be
+    resolved, and synchronous comm ops); ``cost_fn(node)`` (seconds, or None)
+    overrides durations node by node (`CostFnOverrides`).
+
+    Raises `ExtractionError` naming the node for: a node without
+    ``meta["val"]``, a graph whose nodes are not in dependency order (not a
+    DAG), a shape that cannot be known (symbolic without a hint).
+    """
+    profile = get_profile(device)
+    costs: CostModel = cost_model if cost_model is not None else AnalyticCostModel(profile, default_group_size)
+    if cost_fn is not None:
+        costs = CostFnOverrides(costs, cost_fn)
+    comm_ops = tuple(comm_ops or ())
+    freeable = set(freeable_inputs)
+    nodes = list(gm.graph.nodes)
+    inputs_of = {node: node.all_input_nodes for node in nodes}  # torch builds a new list on every call
+    seen: set[fx.Node] = set()
+    for node in nodes:
+        for inp in inputs_of[node]:
+            if inp not in seen:
+                raise ExtractionError(
+                    f"node {node.name!r} reads {inp.name!r}, which comes later in the graph: the graph is not a DAG "
+                    "in node order (run graph.lint() and fix the cycle or reorder the nodes)")
+        seen.add(node)
+
+    opaque = [n for n in nodes if classify(n).kind is NodeKind.OPAQUE]
+    if opaque:
+        raise ExtractionError(
+            f"node {opaque[0].name!r} is a {opaque[0].op} ({opaque[0].target}): solvercast cannot see or cost "
+            f"what it runs ({len(opaque)} such node(s)); trace the model to aten ops with "
+            "make_fx(..., tracing_mode='fake') or torch.export instead of symbolic_trace")
+    unknown = freeable - {n.name for n in nodes if n.op in ("placeholder", "get_attr")}
+    if unknown:
+        raise ExtractionError(f"freeable_inputs names no graph input: {sorted(unknown)}")
+
+    # ---- values and storages ------------------------------------------------------------
+    storages_of: dict[fx.Node, list[tuple[int, str]]] = {}
+    alias_of: dict[tuple[int, str], tuple[int, str]] = {}  # wait output storage -> collective's
+    storage_bytes: dict[tuple[int, str], int] = {}
+
+    def canon(key):
+        while key in alias_of:
+            key = alias_of[key]
+        return key
+
+    def unite(mine, theirs) -> None:
+        """``mine`` is the same storage as ``theirs`` from now on."""
+        a, b = canon(mine), canon(theirs)
+        if a != b:
+            alias_of[a] = b
+
+    def value_of(node: fx.Node):
+        if node.op == "get_attr" and "val" not in node.meta:
+            return attribute(gm, node.target)
+        if "val" not in node.meta:
+            if _returns_nothing(node):  # make_fx records no value for ops that return None (foreach_add_, ...)
+                return None
+            if _is_none_item(node):  # the None result of a with_effects node
+                return None
+            raise ExtractionError(
+                f"node {node.name!r} ({node.op} {node.target}) has no meta['val']: trace the model with "
+                "make_fx(..., tracing_mode='fake') or torch.export (FakeTensorProp on a symbolic_trace graph "
+                "gives values, but its Python callables and modules cannot be costed as aten ops)")
+        return node.meta["val"]
+
+    for node in nodes:
+        if node.op == "output":
+            continue
+        keys = []
+        for t in _tensors(value_of(node)):
+            try:
+                key = _storage_key(t)
+                storage_bytes.setdefault(key, _storage_bytes(t))
+            except ValueError as e:
+                raise ExtractionError(
+                    f"node {node.name!r} ({node.target}): its size cannot be known ({e}); give the symbolic sizes "
+                    "hints (trace with example inputs) or mark them static") from None
+            keys.append(key)
+        storages_of[node] = keys
+
+    # ---- classification ------------------------------------------------------------------
+    task_nodes = [n for n in nodes if is_task(n)]
+    task_id = {n: i for i, n in enumerate(task_nodes)}
+    info = {n: classify(n) for n in task_nodes}
+    # process groups in order of first use: each is a communicator with its own comm stream
+    group_index: dict[str | None, int] = {}
+    on_a_group = (NodeKind.COLLECTIVE, NodeKind.FENCE)  # a fence is a synchronous op of its communicator
+    for node in task_nodes:
+        if info[node].kind in on_a_group:
+            group_index.setdefault(info[node].group_name, len(group_index))
+
+    def collective_behind(node: fx.Node) -> fx.Node | None:
+        """The collective a wait completes, looking through getitem of coalesced results."""
+        while node in task_id and info[node].kind is not NodeKind.COLLECTIVE:
+            if info[node].kind is NodeKind.GETITEM and node.args:
+                node = node.args[0]
+            else:
+                return None
+        return node if node in task_id else None
+
+    for node in task_nodes:  # a stream token (record) is 0 bytes and holds nothing: no buffer of its own
+        if info[node].kind is NodeKind.ANCHOR and not info[node].aliases:
+            storages_of[node] = []
+
+    # Aliasing by schema: a view, an in-place or out= result, a getitem of a multi-output op is its
+    # input's storage. Fake traces share storages already; real traces give every value its own.
+    for node in task_nodes:
+        for r, src in enumerate(info[node].aliases):
+            if src is None or src not in storages_of:
+                continue
+            if info[node].kind is NodeKind.GETITEM:
+                container = value_of(src)
+                if not isinstance(container, (list, tuple)) or not isinstance(node.args[1], int):
+                    continue
+                theirs = [_storage_key(t) for t in _tensors(container[node.args[1]])]
+                mine = storages_of[node]
+            else:
+                val = value_of(node)
+                returned = val[r] if len(info[node].aliases) > 1 and isinstance(val, (list, tuple)) else val
+                mine = [_storage_key(t) for t in _tensors(returned)]
+                theirs = storages_of[src]
+            if len(theirs) == 1:
+                for m in mine:
+                    unite(m, theirs[0])
+            elif len(mine) == len(theirs):
+                for m, t in zip(mine, theirs):
+                    unite(m, t)
+
+    primary_wait: dict[fx.Node, fx.Node] = {}
+    for node in task_nodes:
+        if info[node].kind is NodeKind.WAIT:
+            coll = collective_behind(node.args[0])
+            if coll is None:
+                raise ExtractionError(
+                    f"wait {node.name!r} does not wait on a collective ({node.args[0]}); "
+                    "only _c10d_functional collectives have separate waits")
+            primary_wait.setdefault(coll, node)
+
+    known_storages: set[tuple[int, str]] = set()
+    for node in nodes:
+        if node.op in ("placeholder", "get_attr"):
+            known_storages.update(storages_of[node])
+
+    tasks: list[Task] = []
+    op_names: dict = {}  # target -> its name (an op's str() is Python code: once per op, not per node)
+    extra_edges: list[tuple[int, int]] = []
+    allocates: dict[fx.Node, list[tuple[int, str]]] = {}
+    for node in task_nodes:
+        op_name = op_names.get(node.target)
+        if op_name is None:
+            op_name = op_names[node.target] = str(node.target)
+        is_wait = info[node].kind is NodeKind.WAIT
+        if is_wait:
+            coll = collective_behind(node.args[0])
+            if primary_wait[coll] is node:
+                # a wait hands back its collective's buffer
+                for mine, theirs in zip(storages_of[node], storages_of[node.args[0]]):
+                    unite(mine, theirs)
+                role = Role.WAIT
+                extra_edges.append((task_id[coll], task_id[node]))
+            else:  # a second wait on a coalesced collective: completed already by the first
+                for mine, theirs in zip(storages_of[node], storages_of[node.args[0]]):
+                    unite(mine, theirs)
+                role = Role.FREE
+                extra_edges.append((task_id[primary_wait[coll]], task_id[node]))
+        fresh = [k for k in storages_of[node] if canon(k) not in known_storages]
+        for k in storages_of[node]:
+            known_storages.add(canon(k))
+        allocates[node] = [canon(k) for k in fresh]
+        if is_wait:
+            pass
+        elif info[node].kind in (NodeKind.COLLECTIVE, NodeKind.FENCE):  # a fence: a synchronous comm op
+            role = Role.COMM
+        elif _matches(node, comm_ops):
+            role = Role.COMM
+        elif is_free_task(info[node], allocates=bool(fresh), holds_storage=bool(storages_of[node]),
+                          reads_nodes=bool(inputs_of[node])):
+            role = Role.FREE
+        else:
+            role = Role.COMPUTE
+
+        duration, occupancy = 0, 1.0
+        if role in (Role.COMPUTE, Role.COMM):
+            try:
+                if role == Role.COMM and info[node].kind is not NodeKind.COLLECTIVE:  # a synchronous comm op
+                    nbytes = sum(storage_bytes[k] for k in storages_of[node])
+                    duration = costs.sync_comm_duration(node, nbytes, default_group_size)
+                    occupancy = 1.0
+                else:
+                    duration = costs.duration(node)
+                    occupancy = costs.occupancy(node)
+            except ExtractionError:
+                raise
+            except Exception as e:  # the cost model cannot size this op
+                raise ExtractionError(f"node {node.name!r} ({op_name}): cannot estimate its cost: {e}") from e
+        group = group_index.get(info[node].group_name, 0) if info[node].kind in on_a_group else 0
+        tasks.append(Task(name=node.name, role=role, duration=duration, occupancy=min(1.0, max(occupancy, 1e-6)),
+                          waits_for=task_id[collective_behind(node.args[0])] if role == Role.WAIT else None,
+                          op=op_name, movable=any(storages_of.get(i) for i in inputs_of[node]),
+                          group=group if role == Role.COMM else 0))
+
+    # ---- buffers -------------------------------------------------------------------------
+    producer: dict[tuple[int, str], int | None] = {}
+    input_name: dict[tuple[int, str], str] = {}
+    for node in nodes:
+        if node.op in ("placeholder", "get_attr"):
+            for k in storages_of[node]:
+                k = canon(k)
+                if k not in producer:
+                    producer[k] = None
+                    input_name[k] = node.name
+        elif node in task_id:
+            for k in allocates[node]:
+                producer.setdefault(k, task_id[node])
+
+    users: dict[tuple[int, str], set[int]] = {k: set() for k in producer}
+    edges: set[tuple[int, int]] = set(extra_edges)
+    # Any two tasks touching one storage, one of them writing, keep their order. A write ends with its
+    # task, an in-place collective's with its wait (the library writes the buffer until then).
+    last_readers: dict[tuple[int, str], list[int]] = {}  # readers since the last write, per storage
+    last_writer: dict[tuple[int, str], tuple[int, int]] = {}  # storage -> (writing task, task its write ends at)
+    for node in task_nodes:
+        t = task_id[node]
+        for inp in inputs_of[node]:
+            if inp in task_id:
+                edges.add((task_id[inp], t))
+            for k in storages_of.get(inp, ()):
+                k = canon(k)
+                users[k].add(t)
+                if k in last_writer:  # read after write
+                    writer, done = last_writer[k]
+                    if done < t:
+                        edges.add((done, t))
+                    elif writer < t:  # read between an in-place collective and its wait
+                        edges.add((writer, t))
+                last_readers.setdefault(k, []).append(t)
+        written = set()
+        for v in info[node].writes:
+            written.update(canon(k) for k in storages_of.get(v, ()))
+        own_wait = primary_wait.get(node) if info[node].kind is NodeKind.COLLECTIVE else None
+        write_ends = task_id[own_wait] if own_wait is not None else t
+        for k in written:
+            for r in last_readers.get(k, []):
+                if r != t:
+                    edges.add((r, t))  # write after read
+                wait = primary_wait.get(task_nodes[r])
+                if wait is not None and task_id[wait] < t:
+                    edges.add((task_id[wait], t))  # the collective reads it until its wait
+            last_writer[k] = (t, write_ends)
+            last_readers[k] = []
+
+    # Fences (send, recv, barrier, and effect-token ordering: with_effects) keep their place among the
+    # communication ops whether or not the collective order is preserved: each is chained to the comm ops
+    # (and fences) just before and after it.
+    fences = (NodeKind.FENCE, NodeKind.EFFECT)
+    comm = [task_id[n] for n in task_nodes if info[n].kind in (NodeKind.COLLECTIVE, *fences)]
+    for i, t in enumerate(comm):
+        if info[task_nodes[t]].kind in fences:
+            if i:
+                edges.add((comm[i - 1], t))
+            if i + 1 < len(comm):
+                edges.add((t, comm[i + 1]))
+
+    output_storages: set[tuple[int, str]] = set()
+    for node in nodes:
+        if node.op == "output":
+            for inp in inputs_of[node]:
+                output_storages.update(canon(k) for k in storages_of.get(inp, ()))
+
+    buffers = []
+    for k, prod in producer.items():
+        name = input_name.get(k) or task_nodes[prod].name
+        buffers.append(Buffer(name=name, size=storage_bytes[k], producer=prod, users=tuple(users[k]),
+                              is_output=k in output_storages, freeable=prod is None and name in freeable))
+
+    machine = Machine(compute_streams=compute_streams,
+                      comm_streams=max(1, len(group_index)) if comm_streams is None else comm_streams,
+                      sync_overhead=costs.sync_overhead(), memory_budget=memory_budget)
+    return Problem(tasks=tuple(tasks), edges=tuple(edges), buffers=tuple(buffers), machine=machine,
+                   preserve_collective_order=preserve_collective_order,
+                   name=graph_name(gm))
+
+
+def graph_name(gm: fx.GraphModule) -> str:
+    """The name a problem extracted from ``gm`` gets: the built-in model and its parameters, else the class."""
+    info = getattr(gm, "meta", {}).get("solvercast") if isinstance(getattr(gm, "meta", None), dict) else None
+    if info and info.get("model"):
+        params = ",".join(f"{k}={v}" for k, v in sorted(info.get("params", {}).items()))
+        return f"{info['model']}({params})"
+    return type(gm).__name__

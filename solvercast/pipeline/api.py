@@ -1,0 +1,245 @@
+"""`optimize(gm)`: extract, solve, lower, and a report the user can trust."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+
+import torch.fx as fx
+
+from solvercast.cost.device import get_profile
+from solvercast.cost.model import AnalyticCostModel, CostFnOverrides
+from solvercast.errors import SolvercastError
+from solvercast.fx.compile_streams import annotate_graph_in_place, dynamo_registry
+from solvercast.fx.lower import graph_module
+from solvercast.fx.pin_order import pin_order
+from solvercast.gc_paused import gc_paused
+from solvercast.pipeline.pareto import pareto
+from solvercast.pipeline.solve import (OptimizeResult, check_arguments, extract_for_optimize, optimize_extracted,
+                                       unanalysed)
+from solvercast.pipeline.time_plan import can_analyse
+
+
+@gc_paused()  # the call allocates an object or more per node: collections would walk the graph again and again
+def optimize(
+    gm: fx.GraphModule,
+    time_limit: float = 10.0,
+    memory_budget: int | float | None = None,
+    device="h100",
+    compute_streams: int = 1,
+    method: str = "auto",
+    preserve_collective_order: bool = True,
+    deterministic: bool = True,
+    *,
+    comm_ops=None,
+    cost_fn=None,
+    cost_model=None,
+    progress: Callable[[str], None] | None = None,
+) -> OptimizeResult:
+    """Reorder ``gm`` (and assign streams) to minimize its step time within a memory budget.
+
+    ``memory_budget``: bytes (int), a ratio of the original order's peak
+    (float), None (the default: 1.0, never worse than today) or ``math.inf``
+    (no budget); or a list of these: `solvercast.pareto.pareto` solves each
+    (sharing ``time_limit``) and the first budget's result is returned with
+    the frontier in ``res.frontier`` and its report. ``cost_model``: a
+    `solvercast.cost.CostModel` to price tasks with instead of ``device``'s
+    analytic model (e.g. `solvercast.calibrate` or `solvercast.profiled`'s).
+
+    Returns an `OptimizeResult`; ``res.gm`` is a new module. If no method
+    beats the original order, the original order is returned and the report
+    says so. The call returns within about ``time_limit``: a limit too short
+    to read the graph at all (`solvercast.time_budget.can_analyse`, by its
+    node count) returns ``gm`` itself, untouched (its peak unchecked against
+    ``memory_budget``), with a report that says so (``res.report.analysed``
+    False). Raises `InfeasibleBudgetError` (naming the smallest peak any
+    method reached) when nothing fits the budget, `ExtractionError` for graphs
+    without shape metadata, `ValueError` for bad arguments.
+    """
+    check_arguments(method, time_limit)
+    started = time.perf_counter()
+    num_nodes = len(gm.graph.nodes)
+    if not can_analyse(time_limit, num_nodes):  # too short to read the graph: untouched beats late
+        return unanalysed(gm, num_nodes, time_limit, started, progress)
+    if isinstance(memory_budget, (list, tuple)):
+        return _optimize_budgets(gm, memory_budget, time_limit, device=device, compute_streams=compute_streams,
+                                 method=method, preserve_collective_order=preserve_collective_order,
+                                 deterministic=deterministic, comm_ops=comm_ops, cost_fn=cost_fn, cost_model=cost_model,
+                                 progress=progress)
+    extracted = extract_for_optimize(gm, device=device, compute_streams=compute_streams, comm_ops=comm_ops,
+                                     cost_fn=cost_fn, cost_model=cost_model,
+                                     preserve_collective_order=preserve_collective_order)
+    return optimize_extracted(gm, extracted, time_limit, memory_budget, method, deterministic, started=started,
+                              cost_model=cost_model, progress=progress)
+
+
+def _optimize_budgets(gm, budgets, time_limit: float, **options) -> OptimizeResult:
+    """`optimize` under each budget (`solvercast.pipeline.pareto`): the first budget's result, with the frontier."""
+    frontier = pareto(gm, budgets, time_limit, **options)
+    first = frontier.points[0].result
+    first.frontier = frontier
+    first.report = dataclasses.replace(first.report, frontier=tuple(frontier.to_dict()))
+    return first
+
+
+def _on_cuda(graph: fx.Graph):
+    """The CUDA device of the graph's first tensor input, or None."""
+    for node in graph.find_nodes(op="placeholder"):
+        val = node.meta.get("val")
+        if getattr(val, "device", None) is not None and val.device.type == "cuda":
+            return val.device
+    return None
+
+
+class SolvercastPass:
+    """``optimize`` as a graph pass for pipelines and for ``torch.compile``.
+
+    Options are `optimize`'s keyword arguments; the last `OptimizeResult` is
+    kept on ``.last_result`` and ``.calls`` counts invocations.
+
+    * ``pass_(gm)`` with an ``fx.GraphModule`` returns ``optimize(gm, **options).gm``
+      (a new module; ``gm`` is untouched).
+    * ``pass_(graph)`` with an ``fx.Graph`` is Inductor's post-grad hook
+      (``torch._inductor.config.post_grad_custom_pre_pass`` /
+      ``post_grad_custom_post_pass``): the graph is optimized through a copy
+      and then reordered IN PLACE to the optimized program order; returns None.
+      With ``compute_streams=1`` the node order changes, no op is added; nodes
+      that ``optimize`` dropped as dead are kept, just before the output.
+      Inductor's scheduler would reorder its kernels again, so the order of
+      collectives, waits and matmuls is pinned (`solvercast.fx.pin_order`): each
+      is wrapped, under its own name, in Inductor's ``control_deps`` on the
+      one before it. With ``compute_streams > 1`` on a CUDA graph the streams
+      are written in torch.compile's own form (`solvercast.fx.compile_streams`:
+      stream annotations, one event and one wait per cross-stream consumer,
+      control_deps), which Inductor's scheduler reads; on a CPU graph
+      (Inductor's multi-stream code needs a CUDA device guard) it falls back
+      to one stream, with a warning.
+
+    Inductor only caches compiled graphs whose custom passes are
+    ``CustomGraphPass`` instances with a ``uuid()``: constructing a
+    SolvercastPass registers the class as a virtual subclass of
+    ``torch._inductor.custom_graph_pass.CustomGraphPass`` (lazily, since
+    importing ``torch._inductor`` costs seconds), and `uuid` hashes the
+    options together with solvercast's sources.
+    """
+
+    _registered = False
+
+    def __init__(self, **options):
+        import inspect
+
+        known = set(inspect.signature(optimize).parameters) - {"gm"}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TypeError(f"SolvercastPass got unknown option(s) {unknown}; optimize takes {sorted(known)}")
+        check_arguments(options.get("method", "auto"), options.get("time_limit", 10.0))
+        self.options = options
+        self.last_result: OptimizeResult | None = None
+        self.calls = 0
+        if not SolvercastPass._registered:
+            try:
+                from torch._inductor.custom_graph_pass import CustomGraphPass
+
+                CustomGraphPass.register(SolvercastPass)
+            except Exception:  # pragma: no cover - other torch versions: works, just bypasses the cache
+                pass
+            SolvercastPass._registered = True
+
+    def __call__(self, gm):
+        self.calls += 1
+        if isinstance(gm, fx.GraphModule):
+            self.last_result = optimize(gm, **self.options)
+            return self.last_result.gm
+        if isinstance(gm, fx.Graph):
+            self._optimize_graph_in_place(gm)
+            return None
+        raise TypeError(f"SolvercastPass expects an fx.GraphModule or an fx.Graph, got {type(gm).__name__}")
+
+    def _optimize_graph_in_place(self, graph: fx.Graph) -> None:
+        import warnings
+
+        import torch
+
+        options = dict(self.options)
+        if options.get("compute_streams", 1) != 1 and not _on_cuda(graph):
+            warnings.warn("SolvercastPass on the fx.Graph (torch.compile) of a non-CUDA graph schedules a single "
+                          "compute stream (Inductor opens side streams inside a CUDA device guard); compute_streams "
+                          "is set to 1", stacklevel=3)
+            options["compute_streams"] = 1
+        # Optimize a copy: wrapping `graph` itself in a GraphModule would steal it from Inductor's module.
+        copy_graph = fx.Graph()
+        val_map: dict[fx.Node, fx.Node] = {}
+        out_val, old_output = copy_graph.graph_copy(graph, val_map, return_output_node=True)
+        new_output = copy_graph.output(out_val)
+        new_output.meta = dict(old_output.meta)
+        root = graph.owning_module if graph.owning_module is not None else torch.nn.Module()
+
+        wrapper = graph_module(root, copy_graph)
+        result = optimize(wrapper, **options)
+        self.last_result = result
+        if not result.report.analysed:  # the time limit could not pay for reading it: leave it as it is
+            return
+        if options.get("compute_streams", 1) != 1:  # streams in torch.compile's own form
+
+            stream_index, new_event = dynamo_registry(_on_cuda(graph))
+            annotate_graph_in_place(graph, result.problem, result.schedule, stream_index=stream_index,
+                                    new_event=new_event)
+            # not pinned: whether Inductor keeps a node's stream once it is wrapped in control_deps is
+            # unchecked without a GPU (issue 19's owed run), and its reordering may undo this order
+            return
+        self._reorder_in_place(graph, result, val_map)
+        # Inductor would reorder it again (fusion, reorder_for_peak_memory): pin it
+
+        pin_order(graph)
+
+    @staticmethod
+    def _reorder_in_place(graph: fx.Graph, result: OptimizeResult, val_map: dict) -> None:
+        """Move ``graph``'s nodes into the program order of ``result.gm`` (copied from it through ``val_map``)."""
+        by_name = {new.name: old for old, new in val_map.items()}
+        order: list[fx.Node] = []
+        for node in result.gm.graph.nodes:
+            if node.op == "output":
+                continue
+            old = by_name.get(node.name)
+            if old is None:
+                raise SolvercastError(f"the optimized graph has a node {node.name!r} ({node.target}) that the "
+                                      f"input graph lacks; cannot rewrite the fx.Graph in place")
+            order.append(old)
+        placed = set(order)
+        output = next(n for n in reversed(graph.nodes) if n.op == "output")
+        order += [n for n in graph.nodes if n not in placed and n is not output]  # dead nodes: last
+        for node in order:
+            output.prepend(node)
+        graph.lint()
+
+    def uuid(self) -> str | None:
+        """A stable id for Inductor's cache key: the options (not ``progress``; a ``cost_fn`` by its
+        `CostFnOverrides.cache_key`, never by its address) and the sources of every solvercast package
+        (``heuristics`` and ``models`` live in other folders of a source checkout). None with
+        ``compute_streams > 1``: Inductor then bypasses its cache."""
+        import hashlib
+        import importlib
+        from pathlib import Path
+
+
+        if self.options.get("compute_streams", 1) != 1:
+            return None  # the compiled graph holds stream and event objects registered while compiling:
+            # a cache hit would skip their registration, so Inductor must not cache it (None: bypass)
+        h = hashlib.sha256(b"solvercast.SolvercastPass/2\0")
+        for key in sorted(self.options):
+            value = self.options[key]
+            if key == "progress":
+                continue
+            if key == "cost_fn" and value is not None:
+                value = CostFnOverrides(AnalyticCostModel(get_profile(self.options.get("device", "h100"))),
+                                        value).cache_key()
+            h.update(f"{key}={value!r}\0".encode())
+        for package in ("solvercast", "solvercast.heuristics", "solvercast.models"):
+            root = Path(importlib.import_module(package).__file__).resolve().parent
+            for path in sorted(root.glob("*.py")) + sorted(root.glob("solvers/*.py")):
+                h.update(f"{package}/{path.relative_to(root).as_posix()}\0".encode() + path.read_bytes())
+        return h.hexdigest()
+
+    def __repr__(self) -> str:
+        return f"SolvercastPass({', '.join(f'{k}={v!r}' for k, v in self.options.items())})"

@@ -1,0 +1,288 @@
+"""One extracted graph under one memory budget: the time plan, the heuristics, the chosen method, lowering,
+and the report (`optimize_extracted`); `optimize` and `pareto` are built on it."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch.fx as fx
+
+from solvercast.ir.bounds import lower_bounds
+from solvercast.ir.budget import resolve_budget
+from solvercast.errors import InfeasibleBudgetError, SolvercastError
+from solvercast.fx.extract import extract_problem, graph_name
+from solvercast.fx.lower import lower, strip_anchors
+from solvercast.gc_paused import gc_paused
+from solvercast.graph.nodes import schemaless_ops
+from solvercast.heuristics import best_heuristic
+from solvercast.heuristics.work import WorkBudget, work_budget
+from solvercast.pipeline.methods import BY_NAME, Kind, names
+from solvercast.ir.problem import Problem
+from solvercast.pipeline.report import Report
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import SimResult, simulate, validate
+from solvercast.runtime.visualize import plot_schedules, write_chrome_trace
+from solvercast.pipeline.time_plan import MIN_SOLVER_SECONDS, TimePlan, analysis_seconds, plan_time
+
+#: `optimize`'s methods: the registry's selectable entries (`solvercast.pipeline.methods`)
+METHODS = names(Kind.SOLVER, Kind.BEST, Kind.HEURISTIC, Kind.ORIGINAL, selectable=True)
+# auto: a monolithic CP-SAT model up to this many tasks (measured: it still improves on the heuristic at
+# 3,000 tasks and finds nothing at 10,000: experiments/results/scale.md); beyond, placement then windows
+AUTO_CPSAT_MAX_TASKS = 4000
+
+
+@dataclass
+class OptimizeResult:
+    # the optimized, lowered module (the input is untouched); the input itself when the time limit could
+    # not pay for reading it (``report.analysed`` False: then schedule, problem and simulations are None)
+    gm: fx.GraphModule
+    schedule: Schedule | None
+    report: Report
+    problem: Problem | None
+    baseline: SimResult | None
+    optimized: SimResult | None
+    frontier: object = None  # `solvercast.pipeline.pareto.Frontier` when several memory budgets were given
+
+    def _require_analysis(self) -> None:
+        if not self.report.analysed:
+            raise SolvercastError(f"nothing to draw: {self.report.fallback}")
+
+    def save_trace(self, path: str) -> None:
+        """The predicted baseline and optimized schedules as a Chrome trace (Perfetto, chrome://tracing)."""
+        self._require_analysis()
+
+        write_chrome_trace(path, self.problem, {"baseline": self.baseline, "optimized": self.optimized},
+                           memory_budget=self.report.memory_budget)
+
+    def plot(self, path: str) -> None:
+        """A PNG: Gantt chart per stream (baseline above, optimized below) and memory against the budget."""
+        self._require_analysis()
+        plot_schedules(path, self.problem, {"baseline": self.baseline, "optimized": self.optimized},
+                       memory_budget=self.report.memory_budget, frontier=self.frontier)
+
+
+def check_arguments(method: str, time_limit: float) -> None:
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:
+        raise ValueError(f"time_limit must be > 0 seconds, got {time_limit!r}")
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """What `optimize` learns from the graph before any budget: the problem (no budget yet), the
+    original order's schedule and simulation, and the seconds extraction took. `solvercast.pipeline.pareto` reuses
+    it for every budget."""
+    problem: Problem
+    original: Schedule
+    baseline: SimResult
+    seconds: float
+
+
+def extract_for_optimize(gm: fx.GraphModule, *, device="h100", compute_streams: int = 1, comm_ops=None,
+                         cost_fn=None, cost_model=None, preserve_collective_order: bool = True) -> Extracted:
+    """`optimize`'s first phase: extract the problem and simulate the original order."""
+    t0 = time.perf_counter()
+    problem = extract_problem(gm, device=device, compute_streams=compute_streams, comm_ops=comm_ops,
+                              cost_fn=cost_fn, preserve_collective_order=preserve_collective_order,
+                              cost_model=cost_model)
+    original = Schedule.original(problem)
+    return Extracted(problem, original, simulate(problem, original), time.perf_counter() - t0)
+
+
+@gc_paused()  # also for `solvercast.pipeline.pareto`, which calls it once per budget
+def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: float = 10.0,
+                       memory_budget: int | float | None = None, method: str = "auto", deterministic: bool = True,
+                       *, started: float | None = None, cost_model=None,
+                       progress: Callable[[str], None] | None = None,
+                       warm_starts: Sequence[Schedule] = ()) -> OptimizeResult:
+    """`optimize` from an `Extracted` graph (``gm`` is the graph it came from): the rest of the call, under
+    one memory budget. ``started``: the `time.perf_counter` reading the ``time_limit`` counts from (the
+    call's start, extraction included; default now). ``warm_starts``: schedules of this problem (another
+    budget's results: `solvercast.pipeline.pareto`) that compete with the heuristics for the warm start where they
+    hold this budget; a solver or the best-heuristic method then returns one of them when nothing beats it."""
+    check_arguments(method, time_limit)
+    requested = method
+    start_all = time.perf_counter() if started is None else started
+    deadline = start_all + time_limit
+    clock = time.perf_counter()
+
+    def tell(msg: str) -> None:  # every progress line says how much of the limit is left
+        progress(f"{msg} [{max(0.0, deadline - time.perf_counter()):.1f} s of {time_limit:.3g} s left]")
+
+    say = _quiet if progress is None else tell
+
+    phases: dict[str, float] = {}
+
+    def phase(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        phases[name] = phases.get(name, 0.0) + now - clock
+        clock = now
+
+    problem, original, baseline = extracted.problem, extracted.original, extracted.baseline
+    if started is not None:  # this call extracted: charge it
+        phases["extract"] = extracted.seconds
+    budget = resolve_budget(memory_budget, lambda: baseline.peak_memory, default=baseline.peak_memory)
+    problem = problem.with_budget(budget)
+    if method == "auto":
+        method = "cpsat" if problem.num_tasks <= AUTO_CPSAT_MAX_TASKS else "cpsat-windows"
+    plan = plan_time(time_limit, problem.num_tasks, problem.machine.compute_streams,
+                     solver_follows=BY_NAME[method].kind == Kind.SOLVER)
+    bounds = lower_bounds(problem, structural=plan.structural_bounds)  # the report's gap only
+    phase("extract")
+    say(f"extracted {problem.num_tasks} tasks; baseline makespan {baseline.makespan / 1e3:.1f} us, "
+        f"peak {baseline.peak_memory} B, budget {'none' if budget is None else f'{budget} B'}")
+
+    # a method asked for by name runs (an experiment compares it; the MILP refuses what it cannot model)
+    at_bound = bounds.makespan if requested == "auto" else None
+    schedule, solver_info = _solve(problem, method, plan, deadline, deterministic, say, phase, baseline, at_bound,
+                                   warm_starts)
+    if method != requested:
+        solver_info["auto_choice"] = method
+
+    def is_original(s: Schedule) -> bool:
+        return s.order == original.order and not s.streams
+
+    optimized = baseline if is_original(schedule) else validate(problem, schedule, memory_budget=sys.maxsize)
+    fallback = solver_info.get("fallback")
+    if optimized.makespan >= baseline.makespan and (budget is None or baseline.peak_memory <= budget):
+        if not is_original(schedule):
+            fallback = (fallback + "; " if fallback else "") + "no method beat the original order: kept it"
+        schedule, optimized = original, baseline
+        solver_info["method"] = "original"
+    solver_info["fallback"] = fallback
+    solver_info["schemaless_ops"] = schemaless_ops(gm.graph)
+    if hasattr(cost_model, "coverage"):  # measured costs say how many ops fell back to the model
+        solver_info["costs"] = cost_model.coverage(gm)
+
+    if is_original(schedule):  # what lowering builds without reordering: the input, anchors and dead code gone
+        out_gm = strip_anchors(gm)
+    else:
+        say(f"lowering {solver_info['method']}'s schedule")
+        out_gm = lower(gm, problem, schedule, check=False)
+    phase("lower")
+    phases["total"] = time.perf_counter() - start_all
+    report = Report.build(problem, baseline, optimized, bounds, budget, schedule, solver_info, phases, time_limit)
+    return OptimizeResult(gm=out_gm, schedule=schedule, report=report, problem=problem, baseline=baseline,
+                          optimized=optimized)
+
+
+def unanalysed(gm: fx.GraphModule, num_nodes: int, time_limit: float, started: float, progress) -> OptimizeResult:
+    """`optimize` when ``time_limit`` cannot pay for reading ``gm``: ``gm`` itself, and a report that says
+    so (`Report.unanalysed`); no problem, schedule or simulation."""
+    report = Report.unanalysed(graph_name(gm), num_nodes, analysis_seconds(num_nodes), time_limit,
+                               {"total": round(time.perf_counter() - started, 4)})
+    if progress is not None:
+        progress(report.fallback)
+    return OptimizeResult(gm=gm, schedule=None, report=report, problem=None, baseline=None, optimized=None)
+
+
+def _quiet(msg: str) -> None:
+    """`optimize`'s progress when nobody listens."""
+
+
+def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deterministic: bool, say,
+           phase, baseline: SimResult, lower_bound: int | None = None,
+           warm_starts: Sequence[Schedule] = ()) -> tuple[Schedule, dict]:
+    """The chosen method's schedule (always within budget) and what happened. The heuristics run under
+    the plan's work budget (``baseline``: the original order's simulation, which they need not repeat);
+    the solver gets the plan's deterministic time, capped by the wall clock left before ``deadline``
+    (less the predicted lowering). A solver is not run when the best heuristic's makespan is at
+    ``lower_bound`` (a makespan no schedule beats): it is optimal already. A schedule of ``warm_starts``
+    that holds the budget and beats the best heuristic replaces it as the warm start."""
+
+    info: dict = {"method": method, "time_plan": dataclasses.asdict(plan)}
+    budget = problem.machine.memory_budget
+    entry = BY_NAME[method]
+    work = WorkBudget(limit=plan.heuristic_work)
+    info["heuristics_cut"] = work.cut
+    if entry.kind in (Kind.ORIGINAL, Kind.HEURISTIC):
+        with work_budget(work):
+            schedule = entry.run(problem, memory_budget=budget)
+        if entry.kind == Kind.HEURISTIC:
+            phase("heuristics")
+        return _within_budget(problem, schedule, budget), info
+
+    say("running heuristics")
+    with work_budget(work):
+        try:
+            hint = best_heuristic(problem, memory_budget=budget, original_simulation=baseline)
+            hint_error = None
+        except InfeasibleBudgetError as e:
+            hint, hint_error = None, e
+    use_solver = entry.kind == Kind.SOLVER
+    # its simulation for the progress line, and to skip a solver that cannot beat it
+    hint_sim = None if hint is None or not (use_solver or say is not _quiet or warm_starts) else simulate(problem, hint)
+    hint_makespan = None if hint_sim is None else hint_sim.makespan
+    if hint is not None and say is not _quiet:
+        say(f"best heuristic: {hint.method}, makespan {hint_makespan / 1e3:.1f} us"
+            + (f" (cut by the time limit: {', '.join(work.cut)})" if work.cut else ""))
+    for start in warm_starts:  # a tighter budget's schedule holds this one: the frontier never gets worse
+        sim = simulate(problem, start)
+        better = hint is None or (sim.makespan, sim.peak_memory) < (hint_makespan, hint_sim.peak_memory)
+        if (budget is None or sim.peak_memory <= budget) and better:  # as fast and smaller: the frontier's point
+            hint, hint_sim, hint_error = start, sim, None
+            hint_makespan = sim.makespan
+            say(f"warm start: {hint.method}, makespan {hint_makespan / 1e3:.1f} us")
+    phase("heuristics")
+    info["heuristic"] = hint.method if hint is not None else None
+    if hint is not None and use_solver and lower_bound is not None and hint_makespan <= lower_bound:
+        # synthetic 1,000 tasks, budget 1.0: nondelay at the compute bound, and CP-SAT spent 1.2 s to keep it
+        info["fallback"] = f"the warm start ({hint.method}) reaches a lower bound: it is optimal, no solver run"
+        info["method"] = hint.method
+        return hint, info
+
+    wall_left = deadline - time.perf_counter() - plan.lowering_seconds
+    # deterministic: the plan's time, the same on every rank; else whatever the wall clock leaves
+    solver_time = plan.solver_seconds(work.spent) if deterministic else wall_left
+    info["time_plan"].update(heuristic_work_spent=round(work.spent), solver_seconds=round(solver_time, 3))
+    if not use_solver or solver_time < MIN_SOLVER_SECONDS or wall_left < MIN_SOLVER_SECONDS:
+        if hint is None:
+            raise hint_error
+        if use_solver:
+            info["fallback"] = "no time left for the solver; used the best heuristic"
+        info["method"] = hint.method
+        return hint, info
+
+    if hint is None and entry.needs_hint:
+        raise hint_error  # reduced models keep parts of a heuristic schedule: they need one
+    try:
+        res = entry.run(problem, hint, solver_time, deterministic, say, deadline=deadline - plan.lowering_seconds)
+    except InfeasibleBudgetError as e:
+        if e.best_peak is None and hint_error is not None:  # the solver's proof: the heuristics' smallest peak
+            e.best_peak = hint_error.best_peak
+        raise
+    phase("solve")
+    info.update(solver=method, solver_status=res.status.value,
+                solver_raw_status=res.solver_status, solver_objective=res.objective, solver_bound=res.bound,
+                solver_message=res.message, solver_time=res.wall_time)
+    if res.stats.get("stopped_by_wall_clock"):
+        info["solver_message"] = ((res.message + "; ") if res.message else "") + (
+            "the wall clock, not the deterministic limit, ended the search: other ranks may get another schedule")
+    if res.schedule is None:
+        if hint is None:
+            raise InfeasibleBudgetError(
+                f"no schedule within the budget of {budget} B was found; {hint_error}", best_peak=hint_error.best_peak)
+        info["fallback"] = res.message
+        info["method"] = hint.method
+        return hint, info
+    if res.status.value == "hint_kept":
+        info["fallback"] = res.message
+        info["method"] = hint.method if hint is not None else info["solver"]
+    else:
+        info["method"] = info["solver"]
+    return res.schedule, info
+
+
+def _within_budget(problem: Problem, schedule: Schedule, budget: int | None) -> Schedule:
+    peak = simulate(problem, schedule).peak_memory
+    if budget is not None and peak > budget:
+        raise InfeasibleBudgetError(
+            f"{schedule.method or 'the schedule'} reaches a peak of {peak} B, over the budget of {budget} B",
+            best_peak=peak)
+    return schedule
