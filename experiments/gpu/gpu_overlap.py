@@ -44,19 +44,17 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from solvercast import Schedule, optimize, simulate  # noqa: E402
-from solvercast.cost.model import AnalyticCostModel  # noqa: E402
-from solvercast.cost.device import H100  # noqa: E402
-from solvercast.fx.lower import lower  # noqa: E402
-from solvercast.runtime.measure import collective_durations, measure_side_by_side  # noqa: E402
-from solvercast.models import build  # noqa: E402
-from solvercast.graph.local_run import random_inputs  # noqa: E402
+from experiments.benchmarks.torch_overlap import torch_overlap_schedule, unavailable_reason
+from solvercast import Schedule, optimize, simulate
+from solvercast.cost.device import H100
+from solvercast.cost.model import AnalyticCostModel
+from solvercast.fx.lower import lower
+from solvercast.graph.local_run import random_inputs
+from solvercast.models import build
+from solvercast.runtime.measure import collective_durations, measure_side_by_side
 
 SIZES = {
     "small": [  # CPU: a step of tens of ms
@@ -123,8 +121,6 @@ def cost_model_for(gm, device: str, cost: str, cpu_link_gbps: float):
 
 def schedules(gm, cost_model, time_limit: float):
     """(label, problem, schedule) for every order, and the optimize reports."""
-    from torch_overlap import torch_overlap_schedule, unavailable_reason
-
     out = []
     one = optimize(gm, time_limit=time_limit, compute_streams=1, cost_model=cost_model)
     two = optimize(gm, time_limit=time_limit, compute_streams=2, cost_model=cost_model)

@@ -2,17 +2,12 @@
 
 import csv
 import json
-import sys
-from pathlib import Path
 
 import pytest
+import torch
 
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
-
-import sweep  # noqa: E402
-import torch  # noqa: E402
-from torch_overlap import unavailable_reason  # noqa: E402
+from experiments.benchmarks import sweep
+from experiments.benchmarks.torch_overlap import unavailable_reason
 
 # The adapter patches torch 2.13's overlap scheduler (CI's torch); other versions skip it with a reason.
 TORCH_OVERLAP_OK = unavailable_reason() is None
@@ -97,7 +92,7 @@ def test_errors_become_rows(tmp_path):
 @pytest.mark.skipif(not TORCH_OVERLAP_OK, reason=str(unavailable_reason()))
 def test_torch_overlap_adapter_maps_every_task():
     pytest.importorskip("torch._inductor.fx_passes.overlap_scheduling")
-    from torch_overlap import torch_overlap_schedule
+    from experiments.benchmarks.torch_overlap import torch_overlap_schedule
 
     from solvercast import extract_problem, simulate
     from solvercast.models import build

@@ -3,17 +3,12 @@ or whose worker dies is an error row while the rest of the sweep goes on (not a 
 
 import csv
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
+from experiments.benchmarks import sweep
+
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install -e '.[ray]'); the Ray backend is untested")
-
-EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
-sys.path.insert(0, str(EXPERIMENTS))
-
-import sweep  # noqa: E402
 
 # 8 runs: 2 graphs x (original, best heuristic, CP-SAT, torch's scheduler); CP-SAT proves both optimal in
 # well under its 2 s (deterministic) limit, so its rows are reproducible on a loaded machine
@@ -33,7 +28,7 @@ TIMING = {"wall_s"} | {c for c in sweep.columns() if c.startswith("phase_")}
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """A local Ray of 2 CPUs for this module's tests (ray.init(num_cpus=2), with experiments/ as working dir)."""
+    """A local Ray of 2 CPUs for this module's tests (ray.init(num_cpus=2), carrying the experiments package)."""
     sweep.connect_ray(num_cpus=2)
     yield
     ray.shutdown()

@@ -1,17 +1,14 @@
-"""experiments/gpu_overlap.py end to end on CPU (one small model, analytic costs, few steps): every order
+"""experiments/gpu/gpu_overlap.py end to end on CPU (one small model, analytic costs, few steps): every order
 gets a row, and each row's measured peak equals its predicted peak (the table's exact column)."""
 
 import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "experiments"))
 
 
 @pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled")
 def test_table_on_cpu(monkeypatch, capsys):
-    import gpu_overlap
+    from experiments.gpu import gpu_overlap
 
     monkeypatch.setattr(sys, "argv", ["gpu_overlap.py", "--device", "cpu", "--cost", "analytic", "--models",
                                       "tp_block", "--time-limit", "1", "--iters", "2"])

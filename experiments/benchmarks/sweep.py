@@ -1,8 +1,15 @@
 """Sweeps: solver vs heuristics vs PyTorch's own overlap scheduler, one CSV row per run.
 
-    .venv/bin/python experiments/sweep.py run experiments/configs/quick.json --out results.csv [--workers N]
-    .venv/bin/python experiments/sweep.py run CONFIG --out results.csv --backend ray [--address auto|ray://host:port]
-    .venv/bin/python experiments/sweep.py summarize results.csv --out experiments/results/
+    python -m experiments.benchmarks.sweep run experiments/configs/quick.json --out results.csv [--workers N]
+    python -m experiments.benchmarks.sweep run CONFIG --out results.csv --backend ray [--address auto|ray://host:port]
+    python -m experiments.benchmarks.sweep summarize results.csv --out experiments/results/
+    python -m experiments.benchmarks.sweep compare before.csv after.csv
+
+``compare`` matches the rows of two CSVs of the same grid by the sweep's key. Heuristic and original
+methods must agree exactly (they are deterministic); a solver row is compared only where both runs proved
+their answer optimal (a solver stopped by its time limit may legitimately end elsewhere on a loaded
+machine). Status, makespan, peak and the method used are compared; timing columns are not. Exits 1 on any
+difference.
 
 ``run`` expands the config's grid (models x methods x memory budgets x time limits x compute streams
 x seeds) and appends one row per run to the CSV: every figure of the `Report` (all judged by
@@ -18,7 +25,7 @@ Methods: those of the registry (`solvercast.pipeline.methods`) marked ``swept``:
 ``comm_priority``, ``list``, ``nondelay``, ``heuristic`` (best heuristic) and the solvers
 ``cpsat`` / ``milp``, all go through `solvercast.optimize` (so, like for a user, a method that does
 not beat the original order returns the original order); ``torch_overlap`` is PyTorch's overlap
-scheduler (experiments/torch_overlap.py), whose own answer is recorded as is. Only the solvers use
+scheduler (experiments/benchmarks/torch_overlap.py), whose own answer is recorded as is. Only the solvers use
 the time limit: other methods run once per (model, budget, streams, seed), with an empty time limit.
 ``milp`` runs only on graphs of at most ``milp_max_tasks`` tasks (default 20) and one compute stream
 (its documented limits: several streams only without a budget, and `optimize` always sets one); elsewhere a ``skipped`` row says why.
@@ -34,7 +41,7 @@ beside it, `cpus_of`). ``ray`` (``pip install -e '.[ray]'``): one Ray task per
 run, asking for `cpus_of` CPUs (CP-SAT's one deterministic search worker, and the cut walk beside it), so a
 node runs no more runs than it has CPUs and a solver's time limit means what it says; on the cluster at ``--address`` (``auto``:
 the one this node belongs to; ``ray://host:port``: Ray Client), or on a local Ray of ``--num-cpus`` CPUs.
-experiments/ travels as the Ray job's working directory; solvercast must be installed on every node.
+The experiments package travels with the Ray job; solvercast must be installed on every node.
 With either backend rows are appended as runs finish; a run that raises, or whose worker dies (a native
 abort in the solver), is an ``error`` row and the sweep goes on. Progress (done / total, errors, time
 left): a bar on a terminal, one line per finished run otherwise.
@@ -67,12 +74,11 @@ from pathlib import Path
 
 from solvercast.pipeline import methods as registry
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+from experiments.benchmarks import method_summary
+from experiments.benchmarks.method_summary import method_column
 
-import method_summary  # noqa: E402  (experiments/)
-from method_summary import method_column  # noqa: E402
+#: the experiments package (experiments/), which a Ray job carries to its workers
+PACKAGE = Path(__file__).resolve().parents[1]
 
 # the registry's compared methods (solvercast.pipeline.methods), then PyTorch's own scheduler
 SOLVER_METHODS = registry.names(registry.Kind.SOLVER, swept=True)
@@ -233,7 +239,7 @@ def _run(job: dict) -> dict:
                 "skip_reason": "torch's overlap scheduler orders one compute stream"}
 
     if method == "torch_overlap":
-        from torch_overlap import torch_overlap_schedule, unavailable_reason
+        from experiments.benchmarks.torch_overlap import torch_overlap_schedule, unavailable_reason
 
         if unavailable_reason():
             return {"status": "skipped", "tasks": problem.num_tasks, "skip_reason": unavailable_reason()}
@@ -482,15 +488,15 @@ def cpus_of(job: dict) -> int:
 
 def connect_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     """Start a local Ray (``address`` None, ``num_cpus`` CPUs, default all) or connect to a cluster
-    ("auto", "ray://host:port"). experiments/ travels as the job's working directory (so workers can
-    import this module and torch_overlap); solvercast itself must be installed on every node."""
+    ("auto", "ray://host:port"). The experiments package travels with the job (``py_modules``, so workers
+    can import this module and torch_overlap); solvercast itself must be installed on every node."""
     import ray
 
     if address is None:
         # a local Ray sends no usage report home (these machines have no network; a cluster keeps its own setting)
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     ray.init(address=address, num_cpus=num_cpus if address is None else None, include_dashboard=False,
-             runtime_env={"working_dir": str(HERE), "excludes": ["results/", "__pycache__/"]})
+             runtime_env={"py_modules": [str(PACKAGE)], "excludes": ["results/", "__pycache__/"]})
 
 
 def _execute_ray(jobs: list[dict], record, say, address: str | None = None, num_cpus: int | None = None) -> None:
@@ -525,6 +531,37 @@ def _execute_ray(jobs: list[dict], record, say, address: str | None = None, num_
     finally:
         if started:
             ray.shutdown()
+
+
+# ---------------------------------------------------------------- compare
+
+#: what ``compare`` checks per row
+COMPARED = ("status", "optimized_makespan", "optimized_peak_memory", "method_used")
+
+
+def _keyed_rows(path: str) -> dict[tuple, dict]:
+    with open(path, newline="") as f:
+        return {tuple(r[k] for k in KEY): r for r in csv.DictReader(f)}
+
+
+def compare(before: dict, after: dict) -> tuple[list[str], dict]:
+    """Differences between two sweeps' rows (`_keyed_rows`), and counts of what was compared."""
+    diffs, counts = [], {"compared": 0, "solver_rows_not_proved": 0, "missing": 0}
+    for key in sorted(set(before) | set(after)):
+        a, b = before.get(key), after.get(key)
+        if a is None or b is None:
+            counts["missing"] += 1
+            diffs.append(f"{key}: only in {'after' if a is None else 'before'}")
+            continue
+        if key[KEY.index("method")] in SOLVER_METHODS and not (
+                a.get("solver_status") == b.get("solver_status") == "optimal"):
+            counts["solver_rows_not_proved"] += 1
+            continue
+        counts["compared"] += 1
+        for f in COMPARED:
+            if a.get(f) != b.get(f):
+                diffs.append(f"{key}: {f} {a.get(f)!r} -> {b.get(f)!r}")
+    return diffs, counts
 
 
 # ---------------------------------------------------------------- summarize
@@ -730,7 +767,12 @@ def summarize(csv_path: str, out_dir: str, title: str | None = None) -> Path:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.benchmarks.sweep", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="How do the solver, the heuristics and PyTorch's overlap scheduler compare over a grid of "
+                    "graphs, budgets, time limits and streams? `run` appends one row per run to a CSV "
+                    "(experiments/results/<config>.csv), `summarize` writes <csv stem>.md and PNG plots beside "
+                    "it in --out, `compare` diffs two CSVs of one grid. Configs: experiments/configs/.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run (or resume) a sweep")
     r.add_argument("config")
@@ -745,16 +787,25 @@ def main(argv=None):
     s.add_argument("csv")
     s.add_argument("--out", required=True, help="output folder")
     s.add_argument("--title", default=None)
+    c = sub.add_parser("compare", help="rows of two CSVs of one grid that differ (exit 1 on any)")
+    c.add_argument("before")
+    c.add_argument("after")
     a = ap.parse_args(argv)
     if a.cmd == "run":
         run(a.config, a.out, a.workers, backend=a.backend, address=a.address, num_cpus=a.num_cpus)
+    elif a.cmd == "compare":
+        diffs, counts = compare(_keyed_rows(a.before), _keyed_rows(a.after))
+        print("\n".join(diffs) if diffs else "no differences")
+        print(", ".join(f"{k} {v}" for k, v in counts.items()))
+        return 1 if diffs else 0
     else:
         print(summarize(a.csv, a.out, a.title))
+    return 0
 
 
 if __name__ == "__main__":
-    # run as the module `sweep`, not `__main__`, so Ray pickles its tasks by reference (workers import
-    # sweep.py from the job's working directory) instead of by value
-    from sweep import main as _main
+    # run as the module `experiments.benchmarks.sweep`, not `__main__`, so Ray pickles its tasks by reference
+    # (workers import it from the package the job carries) instead of by value
+    from experiments.benchmarks.sweep import main as _main
 
-    _main()
+    sys.exit(_main())
