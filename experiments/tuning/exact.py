@@ -1,33 +1,42 @@
-"""The exact prefix search (solvers/prefixes.py) on the graphs it can finish: their optima, what it costs,
-and how far `solve_cpsat` at a time limit stays above them.
+"""The exact methods beside CP-SAT on the graphs whose budget binds: the prefix search's optima
+(solvers/prefixes.py) and the cut bounds (solvers/cuts.py), against `lower_bounds` and `solve_cpsat`.
 
-    .venv/bin/python experiments/prefix_search.py --time-limit 10
+    python -m experiments.tuning.exact prefixes --time-limit 10     # results/prefix_search.md
+    python -m experiments.tuning.exact cuts --time-limit 10 --expansions 600000   # results/cut_bounds.md
 
-Per graph (budget 1.0: the larger of the original order's peak and the memory bound, one compute stream):
+``prefixes``: Per graph (budget 1.0: the larger of the original order's peak and the memory bound, one compute stream):
 the best lower bound (`lower_bounds`), the best heuristic, `solve_cpsat` at the limit (as `optimize`
 calls it, its prefix search in the time the windows leave included), and the search run to its end from
 the heuristic's makespan (no limit): the optimum, its expansions and seconds. The search's order is
 re-simulated and validated; a CP-SAT result below it, or a proof that disagrees, fails the run.
+
+``cuts``: Per graph (budget 1.0: the larger of the original order's peak and the memory bound): `lower_bounds`, the
+schedule of `solve_cpsat` at the limit (deterministic; its own bound and status, cut bounds in the time it
+left included), then the cut walk alone with a counted budget and no clock, below that schedule's makespan:
+the best bound, the cut it came from, whether it proves the schedule optimal, expansions and seconds. The
+gaps are the schedule's over `lower_bounds` and over the cut bound.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
+from experiments.tuning.cases import SHAPES
 from solvercast import Schedule, extract_problem, lower_bounds, simulate
 from solvercast.heuristics import best_heuristic
-from solvercast.models import build
 from solvercast.ir.simulate import validate
+from solvercast.models import build
 from solvercast.solvers.cpsat import solve_cpsat
+from solvercast.solvers.cuts import cut_bound
 from solvercast.solvers.prefixes import search_prefixes
 from solvercast.solvers.result import SolveStatus
 
-sys.path.insert(0, "tests")
-from reorder_shapes import SHAPES  # noqa: E402
 
-GRAPHS = [(name, None) for name in sorted(SHAPES)] + [
+# ---------------------------------------------------------------- prefixes
+
+
+PREFIX_GRAPHS = [(name, None) for name in sorted(SHAPES)] + [
     ("fsdp_layers", {"layers": 2}), ("fsdp_tp", {"layers": 1}), ("simple_fsdp", {"layers": 1})]
 
 
@@ -36,18 +45,13 @@ def problem_of(name: str, params: dict | None):
     budget = max(simulate(p, Schedule.original(p)).peak_memory, lower_bounds(p).memory)
     return p.with_budget(budget)
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--time-limit", type=float, default=10.0, help="solve_cpsat's limit, seconds")
-    parser.add_argument("--only", default="", help="comma-separated graph names (default: all)")
-    args = parser.parse_args()
+def cmd_prefixes(args) -> None:
     only = set(filter(None, args.only.split(",")))
     print(f"# prefix search, budget 1.0, solve_cpsat at {args.time_limit:g} s\n")
     print("| graph | tasks (timed) | bound | heuristic | cpsat (status, s) | optimum | search s | expansions "
           "| cpsat above optimum |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for name, params in GRAPHS:
+    for name, params in PREFIX_GRAPHS:
         label = name if params is None else f"{name} {params['layers']}"
         if only and name not in only:
             continue
@@ -71,5 +75,55 @@ def main() -> None:
               f"{found.seconds:.1f} | {found.expansions} | {above:.2f}% |", flush=True)
 
 
+
+# ---------------------------------------------------------------- cuts
+
+
+CUT_GRAPHS = [("fsdp_tp", 1), ("simple_fsdp", 1), ("fsdp_layers", 2), ("fsdp_tp", 2), ("simple_fsdp", 2),
+              ("fsdp_layers", 4)]
+
+
+def cmd_cuts(args) -> None:
+    only = set(filter(None, args.only.split(",")))
+    print(f"# cut bounds, budget 1.0, solve_cpsat at {args.time_limit:g} s, walk of {args.expansions} expansions\n")
+    print("| graph | tasks | lower_bounds us | solve_cpsat us (status, bound, wall s) | cut bound us (cut) | proven "
+          "| expansions | s | gap over lower_bounds | gap over the cut bound |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, layers in CUT_GRAPHS:
+        if only and f"{name}:{layers}" not in only:
+            continue
+        p = extract_problem(build(name, layers=layers))
+        p = p.with_budget(max(simulate(p, Schedule.original(p)).peak_memory, lower_bounds(p).memory))
+        bound = lower_bounds(p).makespan
+        t0 = time.perf_counter()
+        res = solve_cpsat(p, time_limit=args.time_limit, hint=best_heuristic(p, p.machine.memory_budget))
+        wall = time.perf_counter() - t0
+        cut = cut_bound(p, res.makespan, args.expansions)
+        assert cut.bound <= res.makespan, name
+        print(f"| {name} {layers} | {p.num_tasks} | {bound / 1e3:.2f} | {res.makespan / 1e3:.2f} ({res.status.value}, "
+              f"{(res.bound or 0) / 1e3:.2f}, {wall:.1f}) | {cut.bound / 1e3:.2f} ({cut.cut}) | {cut.proven} | "
+              f"{cut.expansions} | {cut.seconds:.1f} | {(res.makespan - bound) / bound:.2%} | "
+              f"{(res.makespan - max(cut.bound, bound)) / max(cut.bound, bound):.2%} |", flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.tuning.exact", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="What do the exact prefix search and the cut bounds prove, at what cost, and how far does "
+                    "CP-SAT stay from them? Markdown tables to stdout (results: experiments/results/"
+                    "prefix_search.md, cut_bounds.md).\n\n" + __doc__.split("\n\n", 2)[2])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    pr = sub.add_parser("prefixes", help="the prefix search's optima against solve_cpsat")
+    pr.add_argument("--time-limit", type=float, default=10.0, help="solve_cpsat's limit, seconds")
+    pr.add_argument("--only", default="", help="comma-separated graph names (default: all)")
+    cu = sub.add_parser("cuts", help="cut bounds against lower_bounds and solve_cpsat's schedules")
+    cu.add_argument("--time-limit", type=float, default=10.0, help="solve_cpsat's limit, seconds")
+    cu.add_argument("--expansions", type=int, default=600_000, help="the cut walk's counted budget")
+    cu.add_argument("--only", default="", help="comma-separated name:layers (default: all)")
+    args = ap.parse_args(argv)
+    (cmd_prefixes if args.cmd == "prefixes" else cmd_cuts)(args)
+    return 0
+
+
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

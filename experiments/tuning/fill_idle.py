@@ -1,7 +1,7 @@
 """Moves into the default stream's stalls (heuristics/fill_idle.py) on the graphs of the quality table.
 
-    .venv/bin/python experiments/fill_idle.py
-    .venv/bin/python experiments/fill_idle.py --solve --time-limit 10
+    python -m experiments.tuning.fill_idle                         # results/fill_idle.md, first table
+    python -m experiments.tuning.fill_idle --solve --time-limit 10  # results/fill_idle.md, the shares
 
 Per case, budget 1.0 (the larger of the original order's peak and the memory bound), one compute stream:
 the best heuristic, then `fill_idle` on it: makespans, moves kept, simulations, seconds; every schedule
@@ -15,21 +15,18 @@ from __future__ import annotations
 import argparse
 import time
 
-from solvercast import Schedule, lower_bounds, simulate, validate
+from experiments.tuning.cases import cases
+from solvercast import Schedule, extract_problem, lower_bounds, simulate, validate
 from solvercast.heuristics import best_heuristic, fill_idle
-
-from cpsat_quality import cases
+from solvercast.models import build
+from solvercast.solvers import cpsat
 
 LARGER = [("fsdp_tp", {"layers": 4}), ("simple_fsdp", {"layers": 4}), ("llama_tp", {"layers": 4}),
           ("fsdp_layers", {"layers": 16}), ("fsdp_tp", {"layers": 8}), ("simple_fsdp", {"layers": 8})]
 
 
 def solve_side_by_side(time_limit: float, shares: list[float]) -> None:
-    from solvercast import extract_problem
-    from solvercast.models import build
-    from solvercast.solvers import cpsat
-
-    shipped = cpsat.FILL_IDLE_SHARE
+    shipped = cpsat.FILL_IDLE_SHARE  # TUNING: reads
     print(f"Shares of the limit for the moves (shipped: {shipped:g}); each cell: makespan us (moves, simulations, "
           "wall s, * where the wall clock ended the moves).\n")
     print("| case | tasks | heuristic us | " + " | ".join(f"share {x:g}" for x in shares) + " | best bound us |")
@@ -41,7 +38,7 @@ def solve_side_by_side(time_limit: float, shares: list[float]) -> None:
             hint = best_heuristic(p, p.machine.memory_budget)
             cells, bound = [], lower_bounds(p).makespan
             for share in shares:
-                cpsat.FILL_IDLE_SHARE = share
+                cpsat.FILL_IDLE_SHARE = share  # TUNING:
                 t0 = time.perf_counter()
                 got = cpsat.solve_cpsat(p, time_limit=time_limit, hint=hint)
                 wall = time.perf_counter() - t0
@@ -54,11 +51,15 @@ def solve_side_by_side(time_limit: float, shares: list[float]) -> None:
             print(f"| {label} | {p.num_tasks} | {validate(p, hint).makespan / 1e3:.2f} | " + " | ".join(cells)
                   + f" | {bound / 1e3:.2f} |", flush=True)
     finally:
-        cpsat.FILL_IDLE_SHARE = shipped
+        cpsat.FILL_IDLE_SHARE = shipped  # TUNING: restores
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.tuning.fill_idle", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="What do moves into the default stream's stalls gain, and what share of the limit should they "
+                    "get (FILL_IDLE_SHARE)? Tables to stdout (results: experiments/results/fill_idle.md).\n\n"
+                    + __doc__)
     parser.add_argument("--only", help="cases whose label contains this")
     parser.add_argument("--solve", action="store_true", help="solve_cpsat with and without the moves, larger graphs")
     parser.add_argument("--time-limit", type=float, default=10.0, help="solve_cpsat's limit, seconds (--solve)")
