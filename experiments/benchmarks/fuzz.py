@@ -1,6 +1,6 @@
 """The large fuzz profile: random FX programs through `optimize`, every result checked (solvercast.testing.fuzz).
 
-    .venv/bin/python experiments/fuzz.py --cases 2000 [--first 0] [--workers 2] [--out experiments/results/fuzz.md]
+    python -m experiments.benchmarks.fuzz --cases 2000 [--first 0] [--workers 2] [--out experiments/results/fuzz.md]
 
 Case ``i`` is `solvercast.testing.fuzz.Case.draw(i)`: a random program (fake or real traced), method, compute
 stream count and budget. Each is optimized and checked: a result or a `SolvercastError`; the same values
@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def run_case(seed: int) -> tuple[int, str, str, list[str]]:
@@ -36,11 +36,15 @@ def run_case(seed: int) -> tuple[int, str, str, list[str]]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.benchmarks.fuzz", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Does optimize hold up on random FX programs? Writes the counts, refusals and failures to "
+                    "--out (default experiments/results/fuzz.md; the hand-written sections below the counts are "
+                    "kept).\n\n" + __doc__)
     ap.add_argument("--cases", type=int, default=2000)
     ap.add_argument("--first", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", default=str(HERE / "results" / "fuzz.md"))
+    ap.add_argument("--out", default=str(RESULTS / "fuzz.md"))
     args = ap.parse_args(argv)
     seeds = range(args.first, args.first + args.cases)
     counts: collections.Counter = collections.Counter()
@@ -60,8 +64,8 @@ def main(argv=None) -> int:
                       + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), file=sys.stderr, flush=True)
     wall = time.perf_counter() - t0
     lines = [
-        "# Fuzz: random FX programs through optimize (issue 14)", "",
-        f"Command: `.venv/bin/python experiments/fuzz.py --cases {args.cases} --first {args.first} "
+        "# Fuzz: random FX programs through optimize", "",
+        f"Command: `python -m experiments.benchmarks.fuzz --cases {args.cases} --first {args.first} "
         f"--workers {args.workers}` ({wall:.0f} s on {args.workers} workers).", "",
         "Each case: `solvercast.testing.fuzz.Case.draw(seed)` (program, fake or real trace, method, 1-2 compute streams, "
         "budget 0.9 / 1.0 / 1.1 / none, time limit 1 s), checked by `solvercast.testing.fuzz.check_optimize`.", "",

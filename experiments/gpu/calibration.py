@@ -1,6 +1,7 @@
-"""Calibrated costs against the measured run: does `simulate` predict the module's time on CPU?
+"""Calibrated costs against the measured run: does `simulate` predict the module's time on CPU (or CUDA)?
 
-    .venv/bin/python experiments/calibration.py [--trials 3] [--runs 11] [--models tp_mlp,...] [--out FILE]
+    python -m experiments.gpu.calibration [--trials 3] [--runs 11] [--models tp_mlp,...] [--out FILE]
+    python -m experiments.gpu.calibration --device cuda      # experiments/results/calibration_cuda.md
 
 For every zoo model (small float32 shapes, world size 2), on real CPU tensors in one thread
 (``torch.set_num_threads(1)``), each trial:
@@ -26,6 +27,11 @@ time measures the waiting for a core. The wall-clock median of the runs is repor
 A trial is one calibration and one measurement side by side; its error is prediction / measurement
 - 1. The figures are medians over the trials, the error is the median of the trials' errors, and the
 check is |error| <= 15%.
+
+``--device cuda``: the same check on a GPU, with larger shapes (`CUDA_MODELS`: a step of milliseconds).
+Ops are timed with CUDA events (`calibrate` on "cuda": device time, no free ops charged, the analytic H100
+model's sync overhead), each module run after a round likewise (CUDA events around `run_local` on CUDA
+tensors); the "wall" column is then the host's wall time of the run, launch overhead included.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 LIMIT = 0.15
 WARMUP = 3
 #: small float32 shapes: a run takes milliseconds on one CPU thread
@@ -50,6 +56,15 @@ MODELS = {
     "moe_block": dict(layers=1, hidden=256, seq=64, batch=2, world_size=2, dtype="float32", ffn=256, experts=4),
     "synthetic": dict(world_size=2, dtype="float32"),
 }
+#: on a GPU: shapes of gpu_overlap's "gpu" sizes (a step of ~1-10 ms on an H100), world size 2
+CUDA_MODELS = {
+    "tp_mlp": dict(layers=2, hidden=2048, seq=1024, batch=4, world_size=2),
+    "tp_block": dict(layers=2, hidden=2048, seq=1024, batch=4, heads=16, world_size=2),
+    "sp_block": dict(layers=2, hidden=2048, seq=1024, batch=4, heads=16, world_size=2),
+    "fsdp_layers": dict(layers=4, hidden=2048, seq=1024, batch=4, world_size=2),
+    "moe_block": dict(layers=2, hidden=1024, seq=1024, batch=4, ffn=2048, world_size=2),
+    "synthetic": dict(world_size=2),
+}
 
 
 class ModuleRuns:
@@ -57,14 +72,28 @@ class ModuleRuns:
     ``after_round``), so the runs and the op timings share the machine's load; warm-up rounds' runs
     are not kept."""
 
-    def __init__(self, gm, args, warmup: int):
-        self.gm, self.args, self.warmup = gm, args, warmup
-        self.cpu: list[float] = []
+    def __init__(self, gm, args, warmup: int, device: str = "cpu"):
+        self.gm, self.args, self.warmup, self.device = gm, args, warmup, device
+        self.cpu: list[float] = []  # thread CPU seconds on a CPU, CUDA-event seconds on a GPU
         self.wall: list[float] = []
 
     def __call__(self, round_index: int) -> None:
+        import torch
+
         from solvercast.graph.local_run import run_local
 
+        if self.device == "cuda":
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            w = time.perf_counter()
+            begin.record()
+            run_local(self.gm, self.args)
+            end.record()
+            torch.cuda.synchronize()
+            if round_index >= self.warmup:
+                self.cpu.append(begin.elapsed_time(end) / 1e3)
+                self.wall.append(time.perf_counter() - w)
+            return
         c, w = time.thread_time(), time.perf_counter()
         run_local(self.gm, self.args)
         if round_index >= self.warmup:
@@ -72,7 +101,7 @@ class ModuleRuns:
             self.wall.append(time.perf_counter() - w)
 
 
-def check_model(name: str, params: dict, trials: int, runs: int, hot: bool = False) -> dict:
+def check_model(name: str, params: dict, trials: int, runs: int, hot: bool = False, device: str = "cpu") -> dict:
     """Prediction and measurement of one model, medians over ``trials`` side-by-side trials."""
     import torch
 
@@ -83,13 +112,14 @@ def check_model(name: str, params: dict, trials: int, runs: int, hot: bool = Fal
     from solvercast.graph.local_run import LocalCollectives, random_inputs
 
     gm = build(name, **params)
-    args = random_inputs(gm)
+    args = random_inputs(gm, device=device)
     predicted, cpu, wall, comm = [], [], [], []
     for _ in range(trials):
-        runs_of = ModuleRuns(gm, args, WARMUP)
+        runs_of = ModuleRuns(gm, args, WARMUP, device)
         with tempfile.TemporaryDirectory() as cache:
-            model = calibrate(gm, "cpu", cache_dir=cache, mode=LocalCollectives, clock="thread", warmup=WARMUP,
-                              repeats=runs, after_round=runs_of, hot=hot)
+            model = calibrate(gm, device, cache_dir=cache, mode=LocalCollectives,
+                              clock="thread" if device == "cpu" else "wall", warmup=WARMUP, repeats=runs,
+                              after_round=runs_of, hot=hot)
         problem = extract_problem(gm, cost_model=model)
         predicted.append(simulate(problem, Schedule.original(problem)).makespan / 1e9)
         comm.append(sum(t.duration for t in problem.tasks if t.role == Role.COMM) / 1e9)
@@ -102,8 +132,12 @@ def check_model(name: str, params: dict, trials: int, runs: int, hot: bool = Fal
             "threads": torch.get_num_threads()}
 
 
-def write(rows: list[dict], out: Path, command: str, trials: int, runs: int, hot: bool, load: tuple) -> None:
+def write(rows: list[dict], out: Path, command: str, trials: int, runs: int, hot: bool, load: tuple,
+          device: str = "cpu") -> None:
     ok = all(abs(r["error"]) <= LIMIT for r in rows)
+    if device == "cuda":
+        write_cuda(rows, out, command, trials, runs, ok)
+        return
     lines = [
         "# Calibrated costs against measured CPU runs" + (" (hot: each op timed right after itself)" if hot else ""),
         "",
@@ -138,29 +172,66 @@ def write(rows: list[dict], out: Path, command: str, trials: int, runs: int, hot
     out.write_text("\n".join(lines) + "\n")
 
 
+def write_cuda(rows: list[dict], out: Path, command: str, trials: int, runs: int, ok: bool) -> None:
+    import torch
+
+    lines = [
+        f"# Calibrated costs against measured CUDA runs ({torch.cuda.get_device_name()}, torch {torch.__version__})",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"{trials} trials per model, each a fresh calibration on CUDA ({runs} timed rounds over the distinct ops, "
+        "CUDA events) with one module run after each round (CUDA events around `run_local`, the collectives' "
+        "local stand-ins inline); the error is the median of the trials' errors, the other figures medians over "
+        "the trials. Wall: the host's time of a run, launch overhead included.",
+        "",
+        "| model | params | tasks | predicted (ms) | measured CUDA (ms) | error | trial errors | wall (ms) | comm (ms) |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|",
+    ]
+    for r in rows:
+        params = ",".join(f"{k}={v}" for k, v in r["params"].items() if k not in ("world_size", "dtype"))
+        trial = " ".join(f"{e:+.1%}" for e in r["trial_errors"])
+        lines.append(f"| {r['model']} | {params} | {r['tasks']} | {r['predicted'] * 1e3:.3f} | "
+                     f"{r['measured'] * 1e3:.3f} | {r['error']:+.1%} | {trial} | {r['wall'] * 1e3:.3f} | "
+                     f"{r['comm'] * 1e3:.3f} |")
+    lines += ["", f"Check (|error| <= {LIMIT:.0%} for every model): {'passed' if ok else 'FAILED'}.", ""]
+    lines += [f"- {r['model']}: {r['coverage']}" for r in rows]
+    out.write_text("\n".join(lines) + "\n")
+
+
 def main(argv=None) -> int:
     import torch
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.gpu.calibration", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Does simulate, with calibrated costs, predict the measured run of each zoo model? Writes "
+                    "experiments/results/calibration.md (calibration_hot.md with --hot, calibration_cuda.md with "
+                    "--device cuda); exit 1 when an error exceeds 15%.\n\n" + __doc__)
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--runs", type=int, default=11)
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default=None, help="comma-separated subset (default: every model)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--out", default=None, help="default: experiments/results/calibration.md "
-                    "(calibration_hot.md with --hot)")
+                    "(calibration_hot.md with --hot, calibration_cuda.md with --device cuda)")
     ap.add_argument("--hot", action="store_true",
                     help="time each op right after an untimed call of it (as a loop timing one op does)")
     args = ap.parse_args(argv)
-    out = Path(args.out or HERE / "results" / ("calibration_hot.md" if args.hot else "calibration.md"))
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda needs CUDA")
+    models = CUDA_MODELS if args.device == "cuda" else MODELS
+    default = "calibration_cuda.md" if args.device == "cuda" else "calibration_hot.md" if args.hot else "calibration.md"
+    out = Path(args.out or RESULTS / default)
     torch.set_num_threads(1)
     rows = []
     load_start = os.getloadavg()[0]
-    for name in args.models.split(","):
-        row = check_model(name, MODELS[name], args.trials, args.runs, args.hot)
+    for name in (args.models.split(",") if args.models else models):
+        row = check_model(name, models[name], args.trials, args.runs, args.hot, args.device)
         print(f"{name}: predicted {row['predicted'] * 1e3:.2f} ms, measured {row['measured'] * 1e3:.2f} ms "
-              f"(thread CPU), error {row['error']:+.1%}", file=sys.stderr, flush=True)
+              f"({'CUDA events' if args.device == 'cuda' else 'thread CPU'}), error {row['error']:+.1%}",
+              file=sys.stderr, flush=True)
         rows.append(row)
-    command = "python experiments/calibration.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    write(rows, out, command.strip(), args.trials, args.runs, args.hot, (load_start, os.getloadavg()[0]))
+    command = "python -m experiments.gpu.calibration " + " ".join(argv if argv is not None else sys.argv[1:])
+    write(rows, out, command.strip(), args.trials, args.runs, args.hot, (load_start, os.getloadavg()[0]), args.device)
     return 0 if all(abs(r["error"]) <= LIMIT for r in rows) else 1
 
 

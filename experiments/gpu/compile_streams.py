@@ -1,6 +1,6 @@
 """torch.compile with solvercast's streams: values and step time, 1 vs 2 compute streams (CUDA only).
 
-    python experiments/compile_streams_gpu.py > experiments/results/compile_streams_h100.md
+    python -m experiments.gpu.compile_streams > experiments/results/compile_streams_h100.md
 
 For each function below, compiled three ways: plain ``torch.compile``; with `SolvercastPass`
 (``compute_streams=1``) as Inductor's post-grad pass; with ``compute_streams=2`` (the streams written
@@ -41,18 +41,22 @@ CASES = {
 }
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.gpu.compile_streams", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Does torch.compile with solvercast's streams give eager's values, and does a second stream "
+                    "pay? Table to stdout (experiments/results/compile_streams_h100.md). Needs CUDA.\n\n"
+                    + __doc__)
     ap.add_argument("--iters", type=int, default=50, help="timed calls per variant (CUDA events, median)")
     ap.add_argument("--time-limit", type=float, default=5.0, help="SolvercastPass's time limit per graph")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     from torch._inductor.graph import GraphLowering
 
     if not torch.cuda.is_available():
         raise SystemExit("needs CUDA")
 
     print(f"# torch.compile with solvercast's streams on {torch.cuda.get_device_name()} (torch {torch.__version__})\n")
-    print(f"Command: `python experiments/compile_streams_gpu.py --iters {args.iters} --time-limit {args.time_limit:g}`\n")
+    print(f"Command: `python -m experiments.gpu.compile_streams --iters {args.iters} --time-limit {args.time_limit:g}`\n")
     print("| function | variant | equals eager | side-stream blocks | step us |")
     print("|---|---|---|---:|---:|")
     for name, (fn, make) in CASES.items():

@@ -1,19 +1,19 @@
 """Predicted vs measured step time and peak, with collectives that really run asynchronously.
 
-GPU (the table issue 19 asks for; run it on a device machine)::
+GPU::
 
-    python experiments/gpu_overlap.py --device cuda --sizes gpu --time-limit 5 > experiments/results/gpu_overlap_h100.md
+    python -m experiments.gpu.gpu_overlap --device cuda --sizes gpu --time-limit 5 > experiments/results/gpu_overlap_h100.md
 
 CPU stand-in (what can run without a GPU)::
 
-    python experiments/gpu_overlap.py --device cpu --sizes small --time-limit 5 > experiments/results/gpu_overlap.md
+    python -m experiments.gpu.gpu_overlap --device cpu --sizes small --time-limit 5 > experiments/results/gpu_overlap.md
 
 For each model (zoo: fsdp_layers, tp_block, sp_block, moe_block; real machinery: llama_tp,
 simple_fsdp, fsdp_tp) and each order:
 
 * ``original``: the graph's own order;
 * ``solvercast-1`` / ``solvercast-2``: `optimize` with 1 / 2 compute streams (budget 1.0);
-* ``torch_overlap``: PyTorch's overlap scheduler's order (experiments/torch_overlap.py), on our costs;
+* ``torch_overlap``: PyTorch's overlap scheduler's order (experiments/benchmarks/torch_overlap.py), on our costs;
 
 every order lowered the same way (`solvercast.fx.lower.lower`), then run by `solvercast.runtime.measure.measure`:
 each collective on its process group's comm channel for its modelled duration, launched and waited
@@ -132,8 +132,12 @@ def schedules(gm, cost_model, time_limit: float):
     return out, {"solvercast-1": one, "solvercast-2": two}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.gpu.gpu_overlap", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Does simulate predict the measured step time and peak when collectives really run "
+                    "asynchronously? Table to stdout (experiments/results/gpu_overlap_h100.md on CUDA, "
+                    "gpu_overlap.md for the CPU stand-in).\n\n" + __doc__)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--sizes", choices=sorted(SIZES), default=None)
     ap.add_argument("--cost", choices=("calibrate", "analytic"), default="calibrate")
@@ -141,7 +145,7 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=5.0)
     ap.add_argument("--iters", type=int, default=30, help="timed steps per order (interleaved over the orders)")
     ap.add_argument("--models", default=None, help="comma-separated subset")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda needs CUDA")
     sizes = args.sizes or ("gpu" if args.device == "cuda" else "small")
@@ -150,7 +154,7 @@ def main() -> None:
         torch.set_num_threads(1)
     where = torch.cuda.get_device_name() if args.device == "cuda" else "CPU stand-in (one thread, worker threads for comm)"
     print(f"# Predicted vs measured: {where}, torch {torch.__version__}\n")
-    print("Command: `python experiments/gpu_overlap.py " + " ".join(sys.argv[1:]) + "`\n")
+    print("Command: `python -m experiments.gpu.gpu_overlap " + " ".join(sys.argv[1:] if argv is None else argv) + "`\n")
     if args.device == "cpu":
         print(f"1-minute load average at the start: {os.getloadavg()[0]:.1f} (2 cores shared with other jobs)\n")
     print("| model | order | tasks | predicted us | measured us (median, p25-p75) | predicted speedup | "
