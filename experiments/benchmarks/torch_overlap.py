@@ -23,7 +23,7 @@ What the adapter does so that the comparison is like for like:
 * **No process group**: the scheduler calls ``torch.distributed.get_world_size()`` even when both
   estimators are analytical (nothing is gathered then). The graphs use stand-alone fake groups, so
   no default group exists; we patch ``get_world_size`` to return the graph's world size.
-* **Diagnostics off**: its logging helpers (``_log_collective_benchmarks``,
+* **Diagnostics off**: its logging functions (``_log_collective_benchmarks``,
   ``_log_compute_estimations`` in ``node_runtime_estimation``) re-estimate collectives with torch's
   NCCL model, which needs a registered process group; they are patched to no-ops (they only log).
 * **Bucketing disabled**: ``collective_bucketing=False`` (no merged collectives),

@@ -69,7 +69,7 @@ from pathlib import Path
 
 import ortools
 import torch
-from ortools.sat.python import cp_model, cp_model_helper
+from ortools.sat.python import cp_model
 
 from experiments.tuning.cases import cases
 from solvercast import InfeasibleBudgetError, Schedule, extract_problem, lower_bounds, simulate
@@ -196,7 +196,7 @@ SETTINGS: dict[str, tuple[dict, object]] = {
     "all_prec": ({"exploit_all_precedences": True}, None),
     "dyn_prec": ({"use_dynamic_precedence_in_disjunctive": True, "use_dynamic_precedence_in_cumulative": True},
                  None),
-    "polarity_false": ({"initial_polarity": cp_model_helper.SatParameters.POLARITY_FALSE}, None),
+    "polarity_false": ({"initial_polarity": cp_model.SatParameters.POLARITY_FALSE}, None),
     "no_phase_saving": ({"use_phase_saving": False}, None),
     "positions_fixed": ({"search_branching": cp_model.FIXED_SEARCH}, _positions_in_order),
     "positions_portfolio": ({"search_branching": cp_model.PORTFOLIO_WITH_QUICK_RESTART_SEARCH}, _positions_in_order),
