@@ -46,7 +46,7 @@ BUDGET_S = 450.0
 class Part:
     name: str
     module: str
-    args: tuple[str, ...]  # "{out}", "{json}": the part's files
+    args: tuple[str, ...]  # "{out}", "{json}": the part's files; "{profile}": the device profile to fit
     share: float  # of the budget
     writes_itself: bool = False  # the script writes {out} itself (else its stdout is the table)
 
@@ -54,7 +54,8 @@ class Part:
 PARTS = (
     Part("gpu_overlap", "experiments.gpu.gpu_overlap",
          ("--device", "cuda", "--sizes", "gpu", "--time-limit", "2", "--iters", "20"), 0.40),
-    Part("stream_microbench", "experiments.gpu.streams", ("microbench", "--iters", "20", "--json", "{json}"), 0.12),
+    Part("stream_microbench", "experiments.gpu.streams",
+         ("microbench", "--profile", "{profile}", "--iters", "20", "--json", "{json}"), 0.12),
     Part("gpu_streams", "experiments.gpu.streams", ("lowered", "--time-limit", "2", "--iters", "10"), 0.16),
     Part("compile_streams", "experiments.gpu.compile_streams", ("--iters", "20", "--time-limit", "2"), 0.16),
     Part("calibration", "experiments.gpu.calibration",
@@ -68,9 +69,18 @@ def device_tag(name: str) -> str:
     return found.group(1).lower() if found else "cuda"
 
 
+def profile_for(tag: str) -> str:
+    """The device profile (solvercast.cost.device) of the GPU ``tag`` names, H100's for one without its own."""
+    from solvercast.cost.device import PROFILES
+
+    return tag if tag in PROFILES else "h100"
+
+
 def command(part: Part, out: Path) -> list[str]:
     json_path = out.with_name(out.stem.replace(part.name, "stream_rows") + ".json")
-    return [sys.executable, "-m", part.module] + [a.format(out=out, json=json_path) for a in part.args]
+    tag = out.stem[len(part.name) + 1:]
+    return [sys.executable, "-m", part.module] + [a.format(out=out, json=json_path, profile=profile_for(tag))
+                                                  for a in part.args]
 
 
 def run_part(part: Part, out: Path, seconds: float) -> tuple[str, float]:
