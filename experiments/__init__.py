@@ -1,0 +1,1 @@
+"""Measurements of solvercast: benchmarks, tuning studies and GPU checks (experiments/README.md)."""

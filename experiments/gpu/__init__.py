@@ -1,0 +1,1 @@
+"""Measurements on a GPU (and their CPU stand-ins); gpu_check runs them all."""

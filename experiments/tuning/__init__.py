@@ -1,0 +1,1 @@
+"""The studies that set the solver's and the heuristics' tuning values."""
