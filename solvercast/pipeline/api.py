@@ -186,7 +186,7 @@ class SolvercastPass:
             annotate_graph_in_place(graph, result.problem, result.schedule, stream_index=stream_index,
                                     new_event=new_event)
             # not pinned: whether Inductor keeps a node's stream once it is wrapped in control_deps is
-            # unchecked without a GPU (issue 19's owed run), and its reordering may undo this order
+            # unchecked without a GPU (experiments' GPU check), and its reordering may undo this order
             return
         self._reorder_in_place(graph, result, val_map)
         # Inductor would reorder it again (fusion, reorder_for_peak_memory): pin it
