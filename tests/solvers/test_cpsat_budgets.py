@@ -41,7 +41,7 @@ def test_shapes_are_proven_optimal_at_budget_one(shape):
     """Full size (25-26 tasks): proven optimal from the best heuristic, within a small deterministic
     effort (the program-time model of before proved two of the five in 10 s, issue 16), and never
     worse than the heuristic. The model alone: `solve_cpsat` asks the prefix search first on graphs this
-    small (tests/test_prefixes.py checks that both agree)."""
+    small (tests/solvers/test_prefixes.py checks that both agree)."""
     p = at_original_peak(SHAPES[shape]())
     hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
     res = cpsat.solve_model(p, time_limit=10, hint=hint, debug_hint=True)
