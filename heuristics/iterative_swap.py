@@ -85,6 +85,30 @@ class LinkedOrder:
         self._link(x, anchor)
 
 
+def _group_steps(p: int, group: list[int], alloc, free, moved: dict[int, int], sign: int,
+                 limit: int) -> tuple[list[int], int] | None:
+    """Resident bytes before each task of ``group`` run from ``p`` on, and after the last, with ``moved``
+    bytes of freeing added (``sign`` 1) or taken (-1) per task; None when a step exceeds ``limit``."""
+    new_pre = []
+    for g in group:
+        during = p + alloc[g]
+        if during > limit:
+            return None
+        new_pre.append(p)
+        p = during - free[g] + sign * moved.get(g, 0)
+    return new_pre, p
+
+
+def _work_until(x: int, stop: int, link, work, enough: int) -> int:
+    """Compute work from ``x`` on, following ``link`` (next or previous), until ``stop``, the order's end
+    (-1) or ``enough``."""
+    comp = 0
+    while x >= 0 and x != stop and comp < enough:
+        comp += work[x]
+        x = link[x]
+    return comp
+
+
 class SwapState(LinkedOrder):
     """A program order (`LinkedOrder`) plus its memory, kept up to date per swap.
 
@@ -140,14 +164,10 @@ class SwapState(LinkedOrder):
             if holder in gset:
                 moved[holder] = moved.get(holder, 0) + size[k]
                 changed.append(k)
-        p = pre[y]
-        new_pre = []
-        for g in group:
-            during = p + alloc[g]
-            if during > limit:
-                return False
-            new_pre.append(p)
-            p = during - free[g] + moved.get(g, 0)
+        steps = _group_steps(pre[y], group, alloc, free, moved, 1, limit)
+        if steps is None:
+            return False
+        new_pre, p = steps
         if p + alloc[y] > limit:
             return False
         for g, value in zip(group, new_pre):
@@ -182,14 +202,10 @@ class SwapState(LinkedOrder):
         pz = pre[group[0]]
         if pz + alloc[z] > limit:
             return False
-        p = pz + alloc[z] - free[z] + total
-        new_pre = []
-        for g in group:
-            during = p + alloc[g]
-            if during > limit:
-                return False
-            new_pre.append(p)
-            p = during - free[g] - moved.get(g, 0)
+        steps = _group_steps(pz + alloc[z] - free[z] + total, group, alloc, free, moved, -1, limit)
+        if steps is None:
+            return False
+        new_pre, p = steps
         pre[z] = pz
         free[z] -= total
         for g, value in zip(group, new_pre):
@@ -256,10 +272,7 @@ def iterative_swap(problem: Problem, schedule: Schedule, memory_budget: int | fl
 
     def raise_collective(c: int) -> None:
         w, comm = wait_of[c], tasks[c].duration
-        comp, x = 0, nxt[c]
-        while x >= 0 and x != w and comp < comm:
-            comp += work[x]
-            x = nxt[x]
+        comp = _work_until(nxt[c], w, nxt, work, comm)
         group, gset = [c], {c}
         while len(moves) < cap and comp < comm:
             y = prev[group[0]]
@@ -281,10 +294,7 @@ def iterative_swap(problem: Problem, schedule: Schedule, memory_budget: int | fl
     def sink_wait(w: int) -> None:
         c = tasks[w].waits_for
         comm = tasks[c].duration
-        comp, x = 0, prev[w]
-        while x >= 0 and x != c and comp < comm:
-            comp += work[x]
-            x = prev[x]
+        comp = _work_until(prev[w], c, prev, work, comm)
         group, gset = [w], {w}
         while len(moves) < cap and comp < comm:
             z = nxt[group[-1]]

@@ -20,13 +20,10 @@ from dataclasses import dataclass, field
 
 from solvercast.ir.problem import Problem
 
-#: Cost of one pass per task, in microseconds, with one compute stream, measured at 10,000 tasks
-#: (experiments/heuristic_portfolio.py: work counts beside wall times, experiments/results/heuristic_portfolio.md); `simulate` covers `simulated_peak` and `validate`.
-#: Re-fitted after the passes got faster (experiments/results/heuristics_speed.md, 2026-11-23 portfolio
-#: section: one pass of each kind timed beside the old code): each old value times the slower of its
-#: after/before ratios (budget 1.0 or none); the swap's 3.1 rounded up to 5 for its fixed per-call setup
-#: (measured 1.1-1.4 x 4 in single runs at 10,000 tasks). The memory-aware comm and list passes did not get
-#: faster, so those two stand.
+#: Cost of one pass per task, in microseconds, with one compute stream, measured at 10,000 tasks (work
+#: counts beside wall times: experiments/results/heuristic_portfolio.md and heuristics_speed.md, its
+#: portfolio section); `simulate` covers `simulated_peak` and `validate`; the swap's is rounded up for its
+#: fixed per-call setup.
 PASS_COST_US = {
     "simulate": 6.0,
     "comm_pass": 10.0,
@@ -34,8 +31,7 @@ PASS_COST_US = {
     "nondelay_pass": 20.0,
     "swap": 5.0,
     # one trial move of `fill_idle` (a `simulate` of the order with one task moved): 0.75-0.94 us a task
-    # measured at 573-10,000 tasks, one compute stream (thirteenth session, results/fill_idle.md), with a
-    # margin; its simulations are where its time goes
+    # at 573-10,000 tasks, one compute stream (results/fill_idle.md), with a margin
     "fill_move": 1.5,
 }
 #: With several compute streams a pass tracks occupancy and memory over time: this many times dearer

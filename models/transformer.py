@@ -75,16 +75,13 @@ def tp_mlp(p: dict[str, Any]) -> fx.GraphModule:
         inputs += [(f"l{i}_w1", (H, Fl), dt), (f"l{i}_w2", (Fl, H), dt)]
 
     def body(a: dict[str, torch.Tensor]) -> Any:
-        x = a["x"]
-        chunks = [x] if M == 1 else list(x.chunk(M, dim=0))
-        hs = [c.reshape(-1, H) for c in chunks]
+        hs = _microbatches(a["x"], M, H)
         for i in range(L):
             for m in range(M):
                 partial = _mlp(hs[m], a[f"l{i}_w1"], a[f"l{i}_w2"])
                 red = comm.all_reduce(partial)
                 hs[m] = hs[m] + comm.wait(red)
-        outs = [h.view(B // M, S, H) for h in hs]
-        return outs[0] if M == 1 else tuple(outs)
+        return _joined(hs, B // M, S, H)
 
     return trace(body, inputs, _meta("tp_mlp", p, comm, ffn=Fh))
 
@@ -109,20 +106,40 @@ def _block_inputs(i: int, H: int, hl: int, d: int, Fl: int, dt: torch.dtype) -> 
     ]
 
 
-def tp_block(p: dict[str, Any]) -> fx.GraphModule:
-    L, H, S, B, W, M = (p[k] for k in ("layers", "hidden", "seq", "batch", "world_size", "microbatches"))
-    dt = p["dtype"]
+def _microbatches(x: torch.Tensor, M: int, H: int) -> list[torch.Tensor]:
+    """``x`` as ``M`` microbatches of tokens (batch-major rows of width ``H``)."""
+    chunks = [x] if M == 1 else list(x.chunk(M, dim=0))
+    return [c.reshape(-1, H) for c in chunks]
+
+
+def _joined(hs: list[torch.Tensor], Bm: int, S: int, H: int) -> Any:
+    """The microbatches back as [Bm, S, H] outputs: one tensor, or a tuple of several."""
+    outs = [h.view(Bm, S, H) for h in hs]
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _layers_inputs(L: int, H: int, hl: int, d: int, Fl: int, dt: torch.dtype) -> list:
+    return [x for i in range(L) for x in _block_inputs(i, H, hl, d, Fl, dt)]
+
+
+def _tensor_parallel(p: dict[str, Any]) -> tuple:
+    """Heads and head dim per rank, the MLP width in all and per rank, the attention scale and the TP group's
+    collectives, of a Megatron block with ``p``'s sizes (its checks raise on sizes that do not divide)."""
+    W = p["world_size"]
     hl, d = _check_heads(p)
     Fh = _ffn(p)
     divisible(Fh, W, "ffn (MLP width) across world_size")
-    divisible(B, M, "batch across microbatches")
-    Fl, Bm = Fh // W, B // M
-    scale = 1.0 / math.sqrt(d)
-    comm = Comm(W)
+    return hl, d, Fh, Fh // W, 1.0 / math.sqrt(d), Comm(W)
 
-    inputs = [("x", (B, S, H), dt)]
-    for i in range(L):
-        inputs += _block_inputs(i, H, hl, d, Fl, dt)
+
+def tp_block(p: dict[str, Any]) -> fx.GraphModule:
+    L, H, S, B, W, M = (p[k] for k in ("layers", "hidden", "seq", "batch", "world_size", "microbatches"))
+    dt = p["dtype"]
+    hl, d, Fh, Fl, scale, comm = _tensor_parallel(p)
+    divisible(B, M, "batch across microbatches")
+    Bm = B // M
+
+    inputs = [("x", (B, S, H), dt)] + _layers_inputs(L, H, hl, d, Fl, dt)
 
     def attn_part(h: torch.Tensor, a: dict[str, torch.Tensor], i: int) -> torch.Tensor:
         ln = _layer_norm(h, a[f"l{i}_ln1_w"], a[f"l{i}_ln1_b"])
@@ -134,9 +151,7 @@ def tp_block(p: dict[str, Any]) -> fx.GraphModule:
         return torch.mm(ctx, a[f"l{i}_wo"])                       # partial sum over ranks
 
     def body(a: dict[str, torch.Tensor]) -> Any:
-        x = a["x"]
-        chunks = [x] if M == 1 else list(x.chunk(M, dim=0))
-        hs = [c.reshape(-1, H) for c in chunks]
+        hs = _microbatches(a["x"], M, H)
         for i in range(L):
             for m in range(M):
                 red = comm.all_reduce(attn_part(hs[m], a, i))
@@ -145,8 +160,7 @@ def tp_block(p: dict[str, Any]) -> fx.GraphModule:
                 ln = _layer_norm(hs[m], a[f"l{i}_ln2_w"], a[f"l{i}_ln2_b"])
                 red = comm.all_reduce(_mlp(ln, a[f"l{i}_w1"], a[f"l{i}_w2"]))
                 hs[m] = hs[m] + comm.wait(red)
-        outs = [h.view(Bm, S, H) for h in hs]
-        return outs[0] if M == 1 else tuple(outs)
+        return _joined(hs, Bm, S, H)
 
     return trace(body, inputs, _meta("tp_block", p, comm, ffn=Fh))
 
@@ -158,19 +172,13 @@ def tp_block(p: dict[str, Any]) -> fx.GraphModule:
 def sp_block(p: dict[str, Any]) -> fx.GraphModule:
     L, H, S, B, W = (p[k] for k in ("layers", "hidden", "seq", "batch", "world_size"))
     dt = p["dtype"]
-    hl, d = _check_heads(p)
-    Fh = _ffn(p)
-    divisible(Fh, W, "ffn (MLP width) across world_size")
+    hl, d, Fh, Fl, scale, comm = _tensor_parallel(p)
     divisible(S, W, "seq across world_size (sequence parallel)")
-    Fl, Sl = Fh // W, S // W
-    scale = 1.0 / math.sqrt(d)
-    comm = Comm(W)
+    Sl = S // W
 
     # Megatron-SP layout: [seq, batch, hidden], sequence-major tokens, so the
     # all_gather / reduce_scatter over dim 0 shard the sequence.
-    inputs = [("x", (Sl, B, H), dt)]
-    for i in range(L):
-        inputs += _block_inputs(i, H, hl, d, Fl, dt)
+    inputs = [("x", (Sl, B, H), dt)] + _layers_inputs(L, H, hl, d, Fl, dt)
 
     def body(a: dict[str, torch.Tensor]) -> Any:
         h = a["x"].reshape(Sl * B, H)                             # local sequence shard

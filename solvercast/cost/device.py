@@ -7,6 +7,7 @@ read these numbers; nothing here knows about FX.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import types
@@ -150,17 +151,7 @@ A100 = DeviceProfile(
 #: (dense): same compute as H100 SXM (TF32 494.7, BF16/FP16 989.4, FP8
 #: 1978.9 TFLOP/s, FP32 66.9 TFLOP/s); HBM3e 4.8 TB/s; NVLink 900 GB/s total
 #: bidirectional -> 450 GB/s per direction; 132 SMs (GH100).
-H200 = DeviceProfile(
-    name="h200",
-    peak_flops=dict(H100.peak_flops),
-    vector_flops=66.9e12,
-    hbm_bandwidth=4.8e12,
-    link_bandwidth=450e9,
-    link_latency=1e-6,
-    launch_overhead=2e-6,
-    sync_overhead=2e-6,
-    num_sms=132,
-)
+H200 = dataclasses.replace(H100, name="h200", peak_flops=dict(H100.peak_flops), hbm_bandwidth=4.8e12)
 
 #: Presets by lower-case name.
 PROFILES: Mapping[str, DeviceProfile] = types.MappingProxyType(

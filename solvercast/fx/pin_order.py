@@ -2,7 +2,7 @@
 
 `SolvercastPass` reorders Inductor's post-grad graph, but Inductor's scheduler then orders its own
 nodes, and only by data dependencies. Measured on the zoo's FSDP graphs (torch 2.13, CPU,
-``tests/test_generated_code_order.py``), two of its steps move the pass's collectives and waits:
+``tests/end_to_end/test_generated_code_order.py``), two of its steps move the pass's collectives and waits:
 
 * fusion (``Scheduler.fuse_nodes``): a fused kernel takes the place of its earliest member and the
   nodes are sorted topologically again, which pulls up whatever its later members read (in the

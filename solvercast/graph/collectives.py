@@ -40,15 +40,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Protocol
 
 import torch
 import torch.fx
 
 from solvercast.graph.fxmeta import attribute, bound_args, hint_int, node_val, op_target, val_bytes
 
-if TYPE_CHECKING:  # the formulas read a profile's link figures; profiles are priced above this floor
-    from solvercast.cost.device import DeviceProfile
 
 __all__ = [
     "CollectiveKind", "REGISTRY", "COLLECTIVE_KINDS", "COLLECTIVE_OCCUPANCY", "kind_named",
@@ -58,6 +56,14 @@ __all__ = [
 #: Occupancy reported for collectives: NCCL runs on a handful of channels
 #: (one CTA each, typically 8-16 on NVLink), ~10% of an H100's 132 SMs.
 COLLECTIVE_OCCUPANCY = 0.1
+
+
+class Links(Protocol):
+    """What the time formulas read of a device (`solvercast.cost.device.DeviceProfile` has it)."""
+
+    link_latency: float  # seconds per step
+    link_bandwidth: float  # bytes per second, one direction
+    all_reduce_small_bytes: int  # below this an all_reduce is one-shot
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,7 @@ class CollectiveKind:
     name: str
     ops: tuple[str, ...]
     wire_bytes: Callable[[int, int, int], int]
-    seconds: Callable[[float, int, DeviceProfile], float]
+    seconds: Callable[[float, int, Links], float]
     # legacy in-place ``torch.ops.c10d`` ops (what make_fx records from ``dist.all_reduce`` and FSDP2):
     # name -> (argument it writes, argument it reads). Their schemas declare no alias; they are
     # synchronous in the graph (no separate wait).
@@ -94,12 +100,12 @@ def _larger_side_bytes(in_bytes: int, out_bytes: int, group_size: int) -> int:
     return max(in_bytes, out_bytes)
 
 
-def _ring(n: float, p: int, profile: DeviceProfile) -> float:
+def _ring(n: float, p: int, profile: Links) -> float:
     """p-1 steps, each moving 1/p of the buffer."""
     return (p - 1) * profile.link_latency + (p - 1) / p * n / profile.link_bandwidth
 
 
-def _all_reduce(n: float, p: int, profile: DeviceProfile) -> float:
+def _all_reduce(n: float, p: int, profile: Links) -> float:
     """One-shot (log p steps, whole buffer) below the small-message threshold, else a ring
     reduce_scatter + all_gather."""
     a, bw = profile.link_latency, profile.link_bandwidth
@@ -108,7 +114,7 @@ def _all_reduce(n: float, p: int, profile: DeviceProfile) -> float:
     return 2 * (p - 1) * a + 2 * (p - 1) / p * n / bw
 
 
-def _chain(n: float, p: int, profile: DeviceProfile) -> float:
+def _chain(n: float, p: int, profile: Links) -> float:
     """Pipelined chain: p-1 hops of latency, the whole buffer once through each link."""
     return (p - 1) * profile.link_latency + n / profile.link_bandwidth
 

@@ -10,7 +10,7 @@ returns a *token*: a new 0-element tensor (0 bytes) that carries the event, not
 a view of ``x``. A token must not keep ``x`` alive: a task that waits on it only
 for ordering (a write after a read, or a later token standing for earlier ones)
 would otherwise hold ``x`` until then, above the memory the schedule was judged
-by (issue 14). Nothing needs ``x`` kept for the token: its block is reused in
+by. Nothing needs ``x`` kept for the token: its block is reused in
 stream order, and a stream that reads ``x`` binds it (``record_stream``). ``wait_and_bind(x, s, tokens)`` says that the
 consumer that follows runs on stream ``s`` and reads ``x`` only after every
 token's producer has finished; it returns an alias of ``x`` (no copy), which

@@ -586,8 +586,7 @@ def several_streams_peak(problem: Problem, step_peak: int, start, end) -> int:
     The caching allocator holds a buffer from its producer's issue until its last holder's issue (the
     host's program order, which is what the lowered module holds, stream tokens holding nothing), and
     a buffer another stream reads until that stream is done with it (time): neither view alone bounds
-    what the device holds (issue 14: the issue's fuzzer found lowered modules up to 12.9% above the
-    report's peak; fuzz program 339 here held 2304 B against its 2048 B budget)."""
+    what the device holds (lowered modules over their budget with 2 streams: experiments/results/fuzz.md)."""
     return max(step_peak, time_peak(problem, start, end))
 
 

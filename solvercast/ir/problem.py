@@ -176,19 +176,22 @@ class Problem:
     def num_tasks(self) -> int:
         return len(self.tasks)
 
+    def _adjacent(self, forward: bool) -> tuple[tuple[int, ...], ...]:
+        near: list[list[int]] = [[] for _ in self.tasks]
+        for u, v in self.edges:
+            if forward:
+                near[u].append(v)
+            else:
+                near[v].append(u)
+        return tuple(tuple(n) for n in near)
+
     @cached_property
     def preds(self) -> tuple[tuple[int, ...], ...]:
-        preds: list[list[int]] = [[] for _ in self.tasks]
-        for u, v in self.edges:
-            preds[v].append(u)
-        return tuple(tuple(p) for p in preds)
+        return self._adjacent(forward=False)
 
     @cached_property
     def succs(self) -> tuple[tuple[int, ...], ...]:
-        succs: list[list[int]] = [[] for _ in self.tasks]
-        for u, v in self.edges:
-            succs[u].append(v)
-        return tuple(tuple(s) for s in succs)
+        return self._adjacent(forward=True)
 
     @cached_property
     def wait_of(self) -> dict[int, int]:

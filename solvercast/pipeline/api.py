@@ -41,16 +41,16 @@ def optimize(
 
     ``memory_budget``: bytes (int), a ratio of the original order's peak
     (float), None (the default: 1.0, never worse than today) or ``math.inf``
-    (no budget); or a list of these: `solvercast.pareto.pareto` solves each
+    (no budget); or a list of these: `solvercast.pipeline.pareto.pareto` solves each
     (sharing ``time_limit``) and the first budget's result is returned with
     the frontier in ``res.frontier`` and its report. ``cost_model``: a
-    `solvercast.cost.CostModel` to price tasks with instead of ``device``'s
-    analytic model (e.g. `solvercast.calibrate` or `solvercast.profiled`'s).
+    `solvercast.cost.model.CostModel` to price tasks with instead of ``device``'s
+    analytic model (e.g. `solvercast.cost.calibrate` or `solvercast.cost.profiled`'s).
 
     Returns an `OptimizeResult`; ``res.gm`` is a new module. If no method
     beats the original order, the original order is returned and the report
     says so. The call returns within about ``time_limit``: a limit too short
-    to read the graph at all (`solvercast.time_budget.can_analyse`, by its
+    to read the graph at all (`solvercast.pipeline.time_plan.can_analyse`, by its
     node count) returns ``gm`` itself, untouched (its peak unchecked against
     ``memory_budget``), with a report that says so (``res.report.analysed``
     False). Raises `InfeasibleBudgetError` (naming the smallest peak any
@@ -186,7 +186,7 @@ class SolvercastPass:
             annotate_graph_in_place(graph, result.problem, result.schedule, stream_index=stream_index,
                                     new_event=new_event)
             # not pinned: whether Inductor keeps a node's stream once it is wrapped in control_deps is
-            # unchecked without a GPU (issue 19's owed run), and its reordering may undo this order
+            # unchecked without a GPU (experiments' GPU check), and its reordering may undo this order
             return
         self._reorder_in_place(graph, result, val_map)
         # Inductor would reorder it again (fusion, reorder_for_peak_memory): pin it

@@ -192,9 +192,10 @@ def test_legacy_c10d_collectives_are_comm_ops_and_p2p_are_fences():
     import json
     import subprocess
     import sys
-    from pathlib import Path
 
-    script = Path(__file__).with_name("legacy_c10d_case.py")
+    from tests.support import SCRIPTS
+
+    script = SCRIPTS / "legacy_c10d_case.py"
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

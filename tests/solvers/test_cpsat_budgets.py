@@ -8,8 +8,7 @@ of the shapes); effort is measured in CP-SAT's deterministic time, never the wal
 import pytest
 from ortools.sat.python import cp_model
 
-from oracle import brute_force
-from reorder_shapes import SHAPES
+from tests.support import SHAPES, brute_force
 from solvercast import Machine, Problem, Role, Schedule, Task, simulate, validate
 from solvercast.heuristics import best_heuristic
 from solvercast.solvers import cpsat
@@ -42,7 +41,7 @@ def test_shapes_are_proven_optimal_at_budget_one(shape):
     """Full size (25-26 tasks): proven optimal from the best heuristic, within a small deterministic
     effort (the program-time model of before proved two of the five in 10 s, issue 16), and never
     worse than the heuristic. The model alone: `solve_cpsat` asks the prefix search first on graphs this
-    small (tests/test_prefixes.py checks that both agree)."""
+    small (tests/solvers/test_prefixes.py checks that both agree)."""
     p = at_original_peak(SHAPES[shape]())
     hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
     res = cpsat.solve_model(p, time_limit=10, hint=hint, debug_hint=True)
@@ -217,11 +216,7 @@ def test_the_parameter_harness_leaves_the_solver_as_it_found_it():
     callback for one run: afterwards they are the solver's own again, and a setting run twice (a decision
     strategy, which adds to the model) gives the same schedule at the same deterministic time, within its
     deterministic limit and never worse than the warm start."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-    import cpsat_params
+    from experiments import cpsat_params
 
     from solvercast.solvers import cpsat
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from oracle import brute_force
+from tests.support import brute_force
 from solvercast.ir.bounds import lower_bounds
 from solvercast.errors import InfeasibleBudgetError, UnsupportedProblemError
 from solvercast.ir.problem import Buffer, Machine, Problem, Role, Task

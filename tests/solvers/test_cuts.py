@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from oracle import brute_force
+from tests.support import brute_force
 from solvercast.ir.bounds import lower_bounds
 from solvercast.fx.extract import extract_problem
 from solvercast.heuristics import best_heuristic

@@ -14,7 +14,6 @@ import os
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -41,6 +40,7 @@ from solvercast.cost.device import H100
 from solvercast.graph.nodes import NodeKind, classify
 from solvercast.cost.profiled import profile_cost_model, read_trace
 from solvercast.graph.local_run import LocalCollectives, random_inputs, run_local
+from tests.support import SCRIPTS
 
 CAL = importlib.import_module("solvercast.cost.calibrate")  # the module; `solvercast.cost.calibrate` is the function
 CPU = torch.device("cpu")
@@ -256,9 +256,9 @@ def test_read_trace_rejects_other_files(tmp_path):
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
-    """tests/calibration_workers.py as ranks 0 and 1 of a gloo group: their JSON results."""
+    """tests/support/scripts/calibration_workers.py as ranks 0 and 1 of a gloo group: their JSON results."""
     workdir = tmp_path_factory.mktemp("gloo")
-    script = Path(__file__).with_name("calibration_workers.py")
+    script = SCRIPTS / "calibration_workers.py"
     env = {**os.environ, CACHE_ENV: str(workdir / "unused")}
     procs = [subprocess.Popen([sys.executable, str(script), str(r), str(workdir)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in (0, 1)]
@@ -321,11 +321,8 @@ def test_calibrated_simulate_predicts_measured_cpu_runs(tmp_path):
     """experiments/calibration.py: for every zoo model, the makespan simulate predicts for the original
     order with calibrated costs is within 15% of the module's measured run (one CPU thread, medians;
     see the script for the clock and the collectives). Can fail: it compares two measurements."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-    try:
-        import calibration as experiment
-    finally:
-        sys.path.pop(0)
+    import experiments.calibration as experiment
+
     saved = torch.get_num_threads()
     try:
         status = experiment.main(["--trials", "3", "--out", str(tmp_path / "calibration.md")])

@@ -3,7 +3,7 @@
 import pytest
 from ortools.sat.python import cp_model
 
-from oracle import brute_force
+from tests.support import brute_force
 from solvercast import InfeasibleBudgetError, Schedule, extract_problem, lower_bounds, simulate, validate
 from solvercast.heuristics import best_heuristic
 from solvercast.models import build, list_models

@@ -36,6 +36,8 @@ from solvercast.cost.model import (
     to_ns,
 )
 
+from tests.support import collective_graph
+
 # H100 SXM datasheet constants, written out.
 H100_BF16 = 989.4e12
 H100_TF32 = 494.7e12
@@ -388,31 +390,9 @@ def pg():
     return dist.group.WORLD.group_name, dist.get_world_size()
 
 
-def _collective_graph(group_name):
-    c = torch.ops._c10d_functional
-
-    def f(x, y):
-        ar = c.wait_tensor(c.all_reduce(x, "sum", group_name))
-        ag = c.wait_tensor(c.all_gather_into_tensor(x, 4, group_name))
-        rs = c.wait_tensor(c.reduce_scatter_tensor(ag, "sum", 4, group_name))
-        a2a = c.wait_tensor(c.all_to_all_single(ag, [32] * 4, [32] * 4, group_name))
-        bc = c.wait_tensor(c.broadcast(x, 0, group_name))
-        arc = [c.wait_tensor(t) for t in c.all_reduce_coalesced([x, y], "sum", group_name)]
-        agc = [c.wait_tensor(t) for t in c.all_gather_into_tensor_coalesced([x, y], 4, group_name)]
-        rsc = [c.wait_tensor(t) for t in c.reduce_scatter_tensor_coalesced([ag, ag], "sum", 4, group_name)]
-        z = x.clone()
-        c.all_reduce_(z, "sum", group_name)
-        return ar, ag, rs, a2a, bc, arc, agc, rsc, c.wait_tensor(z)
-
-    # x: 32 x 64 bf16 = 4096 B; y: 16 x 64 bf16 = 2048 B
-    return make_fx(f, tracing_mode="fake")(
-        torch.randn(32, 64, dtype=torch.bfloat16), torch.randn(16, 64, dtype=torch.bfloat16)
-    )
-
-
 def test_collective_kind_group_and_bytes(pg):
     group_name, world = pg
-    gm = _collective_graph(group_name)
+    gm = collective_graph(group_name)
     c = torch.ops._c10d_functional
     x_b, y_b = 4096, 2048
 
@@ -434,7 +414,7 @@ def test_collective_kind_group_and_bytes(pg):
 
 
 def test_is_collective_and_is_wait(pg):
-    gm = _collective_graph(pg[0])
+    gm = collective_graph(pg[0])
     colls = [n for n in gm.graph.nodes if is_collective(n)]
     waits = [n for n in gm.graph.nodes if is_wait(n)]
     assert len(colls) == 9

@@ -13,7 +13,7 @@ from solvercast import extract_problem
 from solvercast.graph.collectives import COLLECTIVE_KINDS, REGISTRY
 from solvercast.graph.nodes import NodeKind, classify, costs_nothing, is_task
 from solvercast.models import fake_group
-from test_cost import _collective_graph
+from tests.support import collective_graph
 
 C10D = torch.ops._c10d_functional
 GROUP = fake_group(4)
@@ -102,7 +102,7 @@ EXPECTED_KIND = {
 
 def test_each_collective_kind_its_group_and_its_waits():
     """every kind in its functional, in-place and coalesced forms (test_cost's graph), each launch waited on"""
-    gm = _collective_graph(GROUP)
+    gm = collective_graph(GROUP)
     seen = set()
     for node in gm.graph.nodes:
         info = classify(node)
@@ -129,7 +129,7 @@ def test_registry_has_one_record_per_kind_and_each_op_in_one_record():
 
 def test_getitem_of_a_coalesced_collective_leads_extract_to_its_collective():
     """all_reduce_coalesced -> getitem, getitem -> wait, wait: the first wait completes the collective"""
-    gm = _collective_graph(GROUP)
+    gm = collective_graph(GROUP)
     p = extract_problem(gm)
     ids = {t.name: i for i, t in enumerate(p.tasks)}
     coalesced = ids["all_reduce_coalesced"]

@@ -1,4 +1,4 @@
-"""Run in a fresh process by tests/test_correctness.py: a graph of legacy c10d ops (what make_fx
+"""Run in a fresh process by tests/end_to_end/test_correctness.py: a graph of legacy c10d ops (what make_fx
 records from torch.distributed calls), traced under the fake default process group, which the test
 process must not own. Prints one JSON line with what the test checks."""
 

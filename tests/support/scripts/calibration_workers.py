@@ -1,6 +1,6 @@
-"""Run as two processes by tests/test_calibrate.py: one gloo group of 2 local ranks.
+"""Run as two processes by tests/cost/test_calibrate.py: one gloo group of 2 local ranks.
 
-    python tests/calibration_workers.py RANK WORKDIR
+    python tests/support/scripts/calibration_workers.py RANK WORKDIR
 
 Each rank:
 1. times real gloo collectives (`measure_collectives`), records them under torch.profiler (each rank

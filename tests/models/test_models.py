@@ -131,7 +131,7 @@ def test_deterministic(name):
     assert [n.name for n in a.graph.nodes] == [n.name for n in b.graph.nodes]
 
 
-# captured from torch.compile (several groups, opaque mesh inputs): tested in tests/test_real_models.py
+# captured from torch.compile (several groups, opaque mesh inputs): tested in tests/end_to_end/test_real_models.py
 REAL_MODELS = {"llama_tp", "simple_fsdp", "fsdp_tp"}
 
 

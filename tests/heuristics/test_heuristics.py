@@ -15,7 +15,7 @@ from solvercast.heuristics import (METHOD_ORDER, Timeline, best_heuristic, comm_
 from solvercast.ir.engine import memory_profile, simulated_peak
 from solvercast.testing import random_problem, random_topological_order
 
-from oracle import reference_times
+from tests.support import reference_times
 
 C, M, W, F = Role.COMPUTE, Role.COMM, Role.WAIT, Role.FREE
 ANY = sys.maxsize  # a budget validate can never exceed: checks structure only

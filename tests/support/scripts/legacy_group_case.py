@@ -1,4 +1,4 @@
-"""Run in a fresh process by tests/test_fences.py: legacy c10d all_reduces and barriers on the default
+"""Run in a fresh process by tests/fx/test_fences.py: legacy c10d all_reduces and barriers on the default
 group (4 fake ranks) and on a sub-group of 2, traced with make_fx under the fake default process group
 (which the test process must not own). Prints one JSON line with what the test checks."""
 

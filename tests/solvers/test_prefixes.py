@@ -4,8 +4,7 @@ import itertools
 
 import pytest
 
-from oracle import brute_force
-from reorder_shapes import SHAPES
+from tests.support import SHAPES, brute_force
 from solvercast.ir.bounds import lower_bounds
 from solvercast.errors import InfeasibleBudgetError, UnsupportedProblemError
 from solvercast.ir.schedule import Schedule
@@ -197,7 +196,7 @@ def test_a_search_whose_first_tenth_predicts_too_much_returns_its_time(monkeypat
 def test_a_window_search_finds_the_best_order_that_keeps_the_rest(seed):
     """Brute force over the orders that keep every task outside the window where the given order has it
     (views aside: the search issues them when ready, which is never worse)."""
-    from oracle import collective_order_ok, topological_orders
+    from tests.support import collective_order_ok, topological_orders
 
     p = _tiny(seed)
     p = p.with_budget(_budgets(p)[1])

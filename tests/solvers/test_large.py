@@ -2,7 +2,7 @@
 
 import pytest
 
-from oracle import brute_force
+from tests.support import brute_force
 from solvercast import Machine, Problem, Role, Schedule, Task, simulate, validate
 from solvercast.ir.bounds import lower_bounds
 from solvercast.heuristics import best_heuristic

@@ -6,7 +6,7 @@ from solvercast import Machine, Problem, Role, Task, lower_bounds
 from solvercast.ir.bounds import _preemptive_sequence
 from solvercast.testing import random_problem
 
-from oracle import brute_force
+from tests.support import brute_force
 
 C, M, W = Role.COMPUTE, Role.COMM, Role.WAIT
 

@@ -11,7 +11,6 @@ Nothing but the fence orders ar2 after the print: ar2's input is mm_1, which nee
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +19,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from solvercast import Role, extract_problem, optimize
 from solvercast.models import fake_group
 from solvercast.graph.local_run import random_inputs
+from tests.support import SCRIPTS
 
 C10D = torch.ops._c10d_functional
 
@@ -67,7 +67,7 @@ def test_legacy_collectives_and_fences_get_their_process_group():
     """Default group of 4 fake ranks, a sub-group of 2; extraction's default_group_size (8) is neither.
     Collectives are sized by their group, and collectives and fences (barriers) run on their group's
     comm stream."""
-    script = Path(__file__).with_name("legacy_group_case.py")
+    script = SCRIPTS / "legacy_group_case.py"
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
