@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from solvercast import Schedule, extract_problem, lower_bounds, simulate
 from solvercast.models import build
-# the hand-built problems in the shapes of PyTorch's comm-reordering tests, kept with the tests that use them
-from tests.reorder_shapes import SHAPES
+# the hand-built problems in the shapes of PyTorch's comm-reordering tests, shared with the tests
+from tests.support.shapes import SHAPES
 
 ZOO = [
     ("tp_mlp", {"layers": 8}),
