@@ -257,7 +257,8 @@ def _prove_with_prefixes(problem: Problem, found: SolveResult, seconds: float, m
     prefix search (solvers/prefixes.py) makes of it below its makespan: a proof that it is optimal, or a
     better schedule that is."""
     share = tuning.portfolio
-    if found.status == SolveStatus.OPTIMAL or not _prefix_search_fits(problem, share) or seconds < share.prefix_min_seconds:
+    if (found.status == SolveStatus.OPTIMAL or not _prefix_search_fits(problem, share)
+            or seconds < share.prefix_min_seconds):
         return found
     exact = solve_prefixes(problem, seconds, memory_budget, found.schedule, deterministic=True, deadline=deadline,
                            progress=progress, tuning=tuning.prefixes)

@@ -27,6 +27,7 @@ from solvercast.ir.simulate import simulate, validate
 from solvercast.solvers.common import scale_problem, serial_horizon
 from solvercast.solvers.cpsat_model import CpsatModel, model_horizon_cap
 from solvercast.solvers.result import Outcome, SolveResult, best_valid
+from solvercast.solvers.scope import Scope
 
 
 def _search_units_per_second() -> Mapping[str, tuple[float, float]]:
