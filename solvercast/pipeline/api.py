@@ -19,6 +19,7 @@ from solvercast.pipeline.pareto import pareto
 from solvercast.pipeline.solve import (OptimizeResult, check_arguments, extract_for_optimize, optimize_extracted,
                                        unanalysed)
 from solvercast.pipeline.time_plan import can_analyse
+from solvercast.pipeline.tuning import DEFAULT_TUNING, Tuning
 
 
 @gc_paused()  # the call allocates an object or more per node: collections would walk the graph again and again
@@ -36,6 +37,7 @@ def optimize(
     cost_fn=None,
     cost_model=None,
     progress: Callable[[str], None] | None = None,
+    tuning: Tuning | None = None,
 ) -> OptimizeResult:
     """Reorder ``gm`` (and assign streams) to minimize its step time within a memory budget.
 
@@ -46,6 +48,9 @@ def optimize(
     the frontier in ``res.frontier`` and its report. ``cost_model``: a
     `solvercast.cost.model.CostModel` to price tasks with instead of ``device``'s
     analytic model (e.g. `solvercast.cost.calibrate` or `solvercast.cost.profiled`'s).
+    ``tuning``: the time shares, rates and window sizes of the time plan and
+    the solvers (`solvercast.pipeline.tuning.Tuning`; None: the shipped
+    `DEFAULT_TUNING`), varied with `dataclasses.replace`.
 
     Returns an `OptimizeResult`; ``res.gm`` is a new module. If no method
     beats the original order, the original order is returned and the report
@@ -60,18 +65,19 @@ def optimize(
     check_arguments(method, time_limit)
     started = time.perf_counter()
     num_nodes = len(gm.graph.nodes)
-    if not can_analyse(time_limit, num_nodes):  # too short to read the graph: untouched beats late
-        return unanalysed(gm, num_nodes, time_limit, started, progress)
+    tuning = DEFAULT_TUNING if tuning is None else tuning
+    if not can_analyse(time_limit, num_nodes, tuning.time_plan):  # too short to read the graph: untouched beats late
+        return unanalysed(gm, num_nodes, time_limit, started, progress, tuning.time_plan)
     if isinstance(memory_budget, (list, tuple)):
         return _optimize_budgets(gm, memory_budget, time_limit, device=device, compute_streams=compute_streams,
                                  method=method, preserve_collective_order=preserve_collective_order,
                                  deterministic=deterministic, comm_ops=comm_ops, cost_fn=cost_fn, cost_model=cost_model,
-                                 progress=progress)
+                                 progress=progress, tuning=tuning)
     extracted = extract_for_optimize(gm, device=device, compute_streams=compute_streams, comm_ops=comm_ops,
                                      cost_fn=cost_fn, cost_model=cost_model,
                                      preserve_collective_order=preserve_collective_order)
     return optimize_extracted(gm, extracted, time_limit, memory_budget, method, deterministic, started=started,
-                              cost_model=cost_model, progress=progress)
+                              cost_model=cost_model, progress=progress, tuning=tuning)
 
 
 def _optimize_budgets(gm, budgets, time_limit: float, **options) -> OptimizeResult:

@@ -17,7 +17,8 @@ from enum import Enum
 
 from solvercast.heuristics import best_heuristic
 from solvercast.heuristics.registry import SCHEDULERS
-from solvercast.solvers.cpsat import solve_cpsat
+from solvercast.pipeline.portfolio import solve_cpsat
+from solvercast.pipeline.tuning import DEFAULT_TUNING, Tuning
 from solvercast.solvers.large import solve_placement, solve_placement_then_windows
 from solvercast.solvers.milp import solve_milp
 from solvercast.solvers.prefixes import solve_prefixes
@@ -27,8 +28,9 @@ class Kind(str, Enum):
     ORIGINAL = "original"  # the graph's own order: the baseline every report compares against
     HEURISTIC = "heuristic"  # one heuristic: run(problem, memory_budget=...) -> Schedule
     BEST = "best"  # every ORIGINAL and HEURISTIC entry (and iterative swap), the best kept (`best_heuristic`)
-    # run(problem, hint, time_limit, deterministic, say, deadline=None) -> SolveResult, from the best
-    # heuristic; ``deadline`` (a `time.perf_counter` reading) caps the call by the wall clock
+    # run(problem, hint, time_limit, deterministic, say, deadline=None, tuning=DEFAULT_TUNING) -> SolveResult,
+    # from the best heuristic; ``deadline`` (a `time.perf_counter` reading) caps the call by the wall clock;
+    # ``tuning``: `solvercast.pipeline.tuning.Tuning`
     SOLVER = "solver"
 
 
@@ -47,31 +49,32 @@ def _best(problem, memory_budget=None):
     return best_heuristic(problem, memory_budget=memory_budget)
 
 
-def _cpsat(problem, hint, time_limit, deterministic, say, deadline=None):
+def _cpsat(problem, hint, time_limit, deterministic, say, deadline=None, tuning: Tuning = DEFAULT_TUNING):
     say(f"solving with CP-SAT ({time_limit:.1f} s{', deterministic' if deterministic else ''})")
     return solve_cpsat(problem, time_limit=time_limit, memory_budget=problem.machine.memory_budget, hint=hint,
-                       deterministic=deterministic, progress=say, deadline=deadline)
+                       deterministic=deterministic, progress=say, deadline=deadline, tuning=tuning)
 
 
-def _cpsat_placement(problem, hint, time_limit, deterministic, say, deadline=None):
+def _cpsat_placement(problem, hint, time_limit, deterministic, say, deadline=None, tuning: Tuning = DEFAULT_TUNING):
     say(f"solving with CP-SAT, compute order fixed ({time_limit:.1f} s)")
     return solve_placement(problem, hint, time_limit, problem.machine.memory_budget, deterministic=deterministic,
-                           progress=say, deadline=deadline)
+                           progress=say, deadline=deadline, tuning=tuning.cpsat)
 
 
-def _cpsat_windows(problem, hint, time_limit, deterministic, say, deadline=None):
+def _cpsat_windows(problem, hint, time_limit, deterministic, say, deadline=None, tuning: Tuning = DEFAULT_TUNING):
     return solve_placement_then_windows(problem, hint, time_limit, problem.machine.memory_budget,
-                                        deterministic=deterministic, progress=say, deadline=deadline)
+                                        deterministic=deterministic, progress=say, deadline=deadline,
+                                        tuning=tuning.windows, cpsat_tuning=tuning.cpsat)
 
 
-def _prefixes(problem, hint, time_limit, deterministic, say, deadline=None):
+def _prefixes(problem, hint, time_limit, deterministic, say, deadline=None, tuning: Tuning = DEFAULT_TUNING):
     say(f"searching program prefixes exactly ({time_limit:.1f} s{', counted' if deterministic else ''})")
     return solve_prefixes(problem, time_limit, problem.machine.memory_budget, hint, deterministic=deterministic,
-                          deadline=deadline, progress=say)
+                          deadline=deadline, progress=say, tuning=tuning.prefixes)
 
 
-def _milp(problem, hint, time_limit, deterministic, say, deadline=None):
-    # HiGHS and CBC have only a wall-clock limit
+def _milp(problem, hint, time_limit, deterministic, say, deadline=None, tuning: Tuning = DEFAULT_TUNING):
+    # HiGHS and CBC have only a wall-clock limit (and no tuning record)
     limit = time_limit if deadline is None else max(0.01, min(time_limit, deadline - time.perf_counter()))
     say(f"solving with MILP ({limit:.1f} s)")
     return solve_milp(problem, time_limit=limit, memory_budget=problem.machine.memory_budget, hint=hint)

@@ -90,7 +90,7 @@ def pareto(gm, memory_budgets, time_limit: float = 10.0, **options) -> Frontier:
     if not budgets:
         raise ValueError("pareto needs at least one memory budget")
     share = time_limit / len(budgets)
-    solve_options = {k: options.pop(k) for k in ("method", "deterministic", "progress") if k in options}
+    solve_options = {k: options.pop(k) for k in ("method", "deterministic", "progress", "tuning") if k in options}
     started = time.perf_counter()
     extracted = extract_for_optimize(gm, **options)
     peak = extracted.baseline.peak_memory

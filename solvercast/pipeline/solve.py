@@ -3,7 +3,6 @@ and the report (`optimize_extracted`); `optimize` and `pareto` are built on it."
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +25,8 @@ from solvercast.pipeline.report import Report
 from solvercast.ir.schedule import Schedule
 from solvercast.ir.simulate import SimResult, simulate, validate
 from solvercast.runtime.visualize import plot_schedules, write_chrome_trace
-from solvercast.pipeline.time_plan import MIN_SOLVER_SECONDS, TimePlan, analysis_seconds, plan_time
+from solvercast.pipeline.time_plan import TIME_PLAN_TUNING, TimePlan, TimePlanTuning, analysis_seconds, plan_time
+from solvercast.pipeline.tuning import DEFAULT_TUNING, Tuning
 
 #: `optimize`'s methods: the registry's selectable entries (`solvercast.pipeline.methods`)
 METHODS = names(Kind.SOLVER, Kind.BEST, Kind.HEURISTIC, Kind.ORIGINAL, selectable=True)
@@ -99,12 +99,15 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
                        memory_budget: int | float | None = None, method: str = "auto", deterministic: bool = True,
                        *, started: float | None = None, cost_model=None,
                        progress: Callable[[str], None] | None = None,
-                       warm_starts: Sequence[Schedule] = ()) -> OptimizeResult:
+                       warm_starts: Sequence[Schedule] = (), tuning: Tuning | None = None) -> OptimizeResult:
     """`optimize` from an `Extracted` graph (``gm`` is the graph it came from): the rest of the call, under
     one memory budget. ``started``: the `time.perf_counter` reading the ``time_limit`` counts from (the
     call's start, extraction included; default now). ``warm_starts``: schedules of this problem (another
     budget's results: `solvercast.pipeline.pareto`) that compete with the heuristics for the warm start where they
-    hold this budget; a solver or the best-heuristic method then returns one of them when nothing beats it."""
+    hold this budget; a solver or the best-heuristic method then returns one of them when nothing beats it.
+    ``tuning``: the time plan's and the solvers' records (`solvercast.pipeline.tuning.Tuning`; None: the shipped
+    `DEFAULT_TUNING`)."""
+    tuning = DEFAULT_TUNING if tuning is None else tuning
     check_arguments(method, time_limit)
     requested = method
     start_all = time.perf_counter() if started is None else started
@@ -132,7 +135,8 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
     if method == "auto":
         method = "cpsat" if problem.num_tasks <= AUTO_CPSAT_MAX_TASKS else "cpsat-windows"
     plan = plan_time(time_limit, problem.num_tasks, problem.machine.compute_streams,
-                     solver_follows=BY_NAME[method].kind == Kind.SOLVER)
+                     solver_follows=BY_NAME[method].kind == Kind.SOLVER, tuning=tuning.time_plan,
+                     build_seconds_per_task=tuning.cpsat.build_seconds_per_task)
     bounds = lower_bounds(problem, structural=plan.structural_bounds)  # the report's gap only
     phase("extract")
     say(f"extracted {problem.num_tasks} tasks; baseline makespan {baseline.makespan / 1e3:.1f} us, "
@@ -141,7 +145,7 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
     # a method asked for by name runs (an experiment compares it; the MILP refuses what it cannot model)
     at_bound = bounds.makespan if requested == "auto" else None
     schedule, solver_info = _solve(problem, method, plan, deadline, deterministic, say, phase, baseline, at_bound,
-                                   warm_starts)
+                                   warm_starts, tuning)
     if method != requested:
         solver_info["auto_choice"] = method
 
@@ -172,10 +176,11 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
                           optimized=optimized)
 
 
-def unanalysed(gm: fx.GraphModule, num_nodes: int, time_limit: float, started: float, progress) -> OptimizeResult:
+def unanalysed(gm: fx.GraphModule, num_nodes: int, time_limit: float, started: float, progress,
+               tuning: TimePlanTuning = TIME_PLAN_TUNING) -> OptimizeResult:
     """`optimize` when ``time_limit`` cannot pay for reading ``gm``: ``gm`` itself, and a report that says
     so (`Report.unanalysed`); no problem, schedule or simulation."""
-    report = Report.unanalysed(graph_name(gm), num_nodes, analysis_seconds(num_nodes), time_limit,
+    report = Report.unanalysed(graph_name(gm), num_nodes, analysis_seconds(num_nodes, tuning), time_limit,
                                {"total": round(time.perf_counter() - started, 4)})
     if progress is not None:
         progress(report.fallback)
@@ -188,15 +193,16 @@ def _quiet(msg: str) -> None:
 
 def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deterministic: bool, say,
            phase, baseline: SimResult, lower_bound: int | None = None,
-           warm_starts: Sequence[Schedule] = ()) -> tuple[Schedule, dict]:
+           warm_starts: Sequence[Schedule] = (), tuning: Tuning = DEFAULT_TUNING) -> tuple[Schedule, dict]:
     """The chosen method's schedule (always within budget) and what happened. The heuristics run under
     the plan's work budget (``baseline``: the original order's simulation, which they need not repeat);
     the solver gets the plan's deterministic time, capped by the wall clock left before ``deadline``
     (less the predicted lowering). A solver is not run when the best heuristic's makespan is at
     ``lower_bound`` (a makespan no schedule beats): it is optimal already. A schedule of ``warm_starts``
-    that holds the budget and beats the best heuristic replaces it as the warm start."""
+    that holds the budget and beats the best heuristic replaces it as the warm start. ``tuning`` goes to the
+    solver."""
 
-    info: dict = {"method": method, "time_plan": dataclasses.asdict(plan)}
+    info: dict = {"method": method, "time_plan": plan.as_dict()}
     budget = problem.machine.memory_budget
     entry = BY_NAME[method]
     work = WorkBudget(limit=plan.heuristic_work)
@@ -241,7 +247,8 @@ def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deter
     # deterministic: the plan's time, the same on every rank; else whatever the wall clock leaves
     solver_time = plan.solver_seconds(work.spent) if deterministic else wall_left
     info["time_plan"].update(heuristic_work_spent=round(work.spent), solver_seconds=round(solver_time, 3))
-    if not use_solver or solver_time < MIN_SOLVER_SECONDS or wall_left < MIN_SOLVER_SECONDS:
+    least = plan.tuning.min_solver_seconds
+    if not use_solver or solver_time < least or wall_left < least:
         if hint is None:
             raise hint_error
         if use_solver:
@@ -252,7 +259,8 @@ def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deter
     if hint is None and entry.needs_hint:
         raise hint_error  # reduced models keep parts of a heuristic schedule: they need one
     try:
-        res = entry.run(problem, hint, solver_time, deterministic, say, deadline=deadline - plan.lowering_seconds)
+        res = entry.run(problem, hint, solver_time, deterministic, say, deadline=deadline - plan.lowering_seconds,
+                        tuning=tuning)
     except InfeasibleBudgetError as e:
         if e.best_peak is None and hint_error is not None:  # the solver's proof: the heuristics' smallest peak
             e.best_peak = hint_error.best_peak

@@ -9,50 +9,55 @@ so) and never decides anything else.
 Fixed costs (extraction with the baseline's simulation, lowering, and the structural bounds when the limit
 pays for them) are predicted per task
 from measurements on the reference machine (2 cores; experiments/results/time_limit.md), and what is
-left is shared: the heuristics may spend `HEURISTIC_SHARE` of it when a solver follows (all of it
-otherwise), as a work budget; the solver gets the rest of it, less what the heuristics spent by the
-work count (`solver_seconds`), which is as deterministic as the plan.
+left is shared: the heuristics may spend `TimePlanTuning.heuristic_share` of it when a solver follows (all
+of it otherwise), as a work budget; the solver gets the rest of it, less what the heuristics spent by the
+work count (`solver_seconds`), which is as deterministic as the plan. The per-task costs and shares are a
+`TimePlanTuning` record, passed in.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 from solvercast.ir.bounds import EXPOSURE_MAX_TASKS
+from solvercast.solvers.cpsat import CPSAT_TUNING
 
-#: seconds per task of extraction and the baseline's simulation on a graph of few tasks; per task it grows
-#: with the graph (`graph_walk_seconds`). A fresh process on the quiet 2-core machine: 8.3e-5 at 10,000 tasks,
-#: 1.17e-4 at 40,000; a process that has run other calls first (the time_limit experiment's, a user's
-#: training script) is slower: 0.9-1.5 s at 10,000 tasks with one compute stream, 1.2-1.8 s with two (whose
-#: baseline simulates memory over time). Set for the slow end (experiments/results/time_limit.md)
-EXTRACT_SECONDS_PER_TASK = 1.0e-4
-#: the graph size at which a Python walk over it costs twice per node what it costs on a small graph: its
-#: dictionaries and objects outgrow the caches (most of extraction's lines run 4-9x slower for 4x the nodes from
-#: 10,000 to 40,000, each alone linear; fitted to the fresh-process figures above)
-GROWTH_TASKS = 64_000
-#: seconds per task of lowering and the report: one compute stream; several (cross-stream edges get
-#: anchor ops and events); measured 3.1-5.0e-5 and 7.2-8.8e-5 from 10,000 to 40,000 tasks
-LOWERING_SECONDS_PER_TASK = (5.0e-5, 9.0e-5)
-#: seconds per task of the structural bounds (sequencing, windows; the report's gap only): 2.9-4.9e-5
-STRUCTURAL_BOUNDS_SECONDS_PER_TASK = 5.0e-5
-#: seconds per task of the exposure bound, part of the structural bounds up to `bounds.EXPOSURE_MAX_TASKS` tasks
-#: (its work grows with tasks x collectives x buffers: 0.15 s at 600 tasks on the loaded cores)
-EXPOSURE_BOUND_SECONDS_PER_TASK = 2.5e-4
-#: seconds every call costs whatever its size (imports on first use, the report)
-FIXED_SECONDS = 0.05
-#: seconds per graph node of handing back the original order (a copy of the graph, anchors stripped) on a
-#: graph of few nodes, growing as extraction does: 2.0-3.5e-5 at 10,000 nodes, 2.4-5.2e-5 at 36,000-40,000
-KEEP_ORIGINAL_SECONDS_PER_NODE = 2.2e-5
-#: share of the time left after the fixed costs that the heuristics may spend when a solver follows
-HEURISTIC_SHARE = 0.4
-#: reference microseconds of heuristic work (`heuristics.work.PASS_COST_US`) bought by one second: the
-#: reference costs were measured on a loaded machine, so one second pays for about one million
-WORK_PER_SECOND = 1.0e6
-#: below this many seconds a solver is not started (model building alone takes longer)
-MIN_SOLVER_SECONDS = 0.05
-#: seconds per task of building a whole-graph CP-SAT model, which cannot be interrupted (0.55 s at 3,000
-#: tasks, 2.2 s at 10,000): a solver is started only with twice that
-SOLVER_BUILD_SECONDS_PER_TASK = 2.2e-4
+
+@dataclass(frozen=True)
+class TimePlanTuning:
+    """The predicted fixed costs of a call and the heuristics' share; vary with `dataclasses.replace`.
+    Measured on the 2-core reference machine: experiments/results/time_limit.md."""
+
+    #: seconds per task of extraction and the baseline's simulation on a small graph, set for the slow end: a
+    #: process that has run other calls first is slower than a fresh one (results/tuning_notes.md#fixed-costs)
+    extract_seconds_per_task: float = 1.0e-4
+    #: the graph size at which a Python walk over it costs twice per node what it costs on a small graph (its
+    #: objects outgrow the caches; fitted from 10,000 to 40,000 tasks, `graph_walk_seconds`)
+    growth_tasks: int = 64_000
+    #: seconds per task of lowering and the report: (one compute stream, several: cross-stream edges get anchor
+    #: ops and events); measured 3.1-5.0e-5 and 7.2-8.8e-5 from 10,000 to 40,000 tasks
+    lowering_seconds_per_task: tuple[float, float] = (5.0e-5, 9.0e-5)
+    #: seconds per task of the structural bounds (sequencing, windows; the report's gap only): 2.9-4.9e-5 measured
+    structural_bounds_seconds_per_task: float = 5.0e-5
+    #: seconds per task of the exposure bound, part of the structural bounds up to `bounds.EXPOSURE_MAX_TASKS`
+    #: tasks (its work grows with tasks x collectives x buffers: 0.15 s at 600 tasks on the loaded cores)
+    exposure_bound_seconds_per_task: float = 2.5e-4
+    #: seconds every call costs whatever its size (imports on first use, the report)
+    fixed_seconds: float = 0.05
+    #: seconds per graph node of handing back the original order (a copy of the graph, anchors stripped) on a
+    #: small graph, growing as extraction does: 2.0-3.5e-5 at 10,000 nodes, 2.4-5.2e-5 at 36,000-40,000
+    keep_original_seconds_per_node: float = 2.2e-5
+    #: share of the time left after the fixed costs that the heuristics may spend when a solver follows
+    heuristic_share: float = 0.4
+    #: reference microseconds of heuristic work (`heuristics.work.PASS_COST_US`) bought by one second: the
+    #: reference costs were measured on a loaded machine, so one second pays for about one million
+    work_per_second: float = 1.0e6
+    #: below this many seconds a solver is not started (model building alone takes longer)
+    min_solver_seconds: float = 0.05
+
+
+#: the shipped values
+TIME_PLAN_TUNING = TimePlanTuning()
 
 
 @dataclass(frozen=True)
@@ -67,52 +72,64 @@ class TimePlan:
     # them and leaves as much again for the search: they sharpen the report, not the schedule
     structural_bounds: bool = True
     num_tasks: int = 0
+    # what the plan was made with (not part of the report's `as_dict`)
+    tuning: TimePlanTuning = field(default=TIME_PLAN_TUNING, repr=False, compare=False)
+    build_seconds_per_task: float = field(default=CPSAT_TUNING.build_seconds_per_task, repr=False, compare=False)
+
+    def as_dict(self) -> dict:
+        """The plan's numbers, for the report (its tuning left out)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.repr}
 
     @property
     def heuristic_work(self) -> float:
         """Reference microseconds of heuristic work (`heuristics.work.WorkBudget.limit`)."""
-        return self.heuristic_seconds * WORK_PER_SECOND
+        return self.heuristic_seconds * self.tuning.work_per_second
 
     def solver_seconds(self, heuristic_work_spent: float) -> float:
         """The solver's deterministic limit once the heuristics have spent ``heuristic_work_spent``
         (reference microseconds); 0: no solver (also when what is left cannot pay twice for building its
-        model)."""
+        model, `CpsatTuning.build_seconds_per_task`)."""
         if not self.solver_follows:
             return 0.0
-        seconds = self.left_seconds - heuristic_work_spent / WORK_PER_SECOND
-        least = max(MIN_SOLVER_SECONDS, 2 * SOLVER_BUILD_SECONDS_PER_TASK * self.num_tasks)
+        seconds = self.left_seconds - heuristic_work_spent / self.tuning.work_per_second
+        least = max(self.tuning.min_solver_seconds, 2 * self.build_seconds_per_task * self.num_tasks)
         return seconds if seconds >= least else 0.0
 
 
-def graph_walk_seconds(per_node: float, num_nodes: int) -> float:
+def graph_walk_seconds(per_node: float, num_nodes: int, tuning: TimePlanTuning = TIME_PLAN_TUNING) -> float:
     """Seconds of a Python walk over a graph that costs ``per_node`` a node on a small graph: the cost per
-    node grows with the graph (`GROWTH_TASKS`)."""
-    return per_node * num_nodes * (1 + num_nodes / GROWTH_TASKS)
+    node grows with the graph (`TimePlanTuning.growth_tasks`)."""
+    return per_node * num_nodes * (1 + num_nodes / tuning.growth_tasks)
 
 
-def plan_time(time_limit: float, num_tasks: int, compute_streams: int, solver_follows: bool) -> TimePlan:
-    """Share ``time_limit`` among the phases of one `optimize` call (see the module doc)."""
-    lowering = FIXED_SECONDS + num_tasks * LOWERING_SECONDS_PER_TASK[compute_streams > 1]
-    fixed = lowering + graph_walk_seconds(EXTRACT_SECONDS_PER_TASK, num_tasks)
-    bounds = num_tasks * STRUCTURAL_BOUNDS_SECONDS_PER_TASK
+def plan_time(time_limit: float, num_tasks: int, compute_streams: int, solver_follows: bool, *,
+              tuning: TimePlanTuning = TIME_PLAN_TUNING,
+              build_seconds_per_task: float = CPSAT_TUNING.build_seconds_per_task) -> TimePlan:
+    """Share ``time_limit`` among the phases of one `optimize` call (see the module doc).
+    ``build_seconds_per_task``: what building the solver's model costs (`CpsatTuning.build_seconds_per_task`)."""
+    lowering = tuning.fixed_seconds + num_tasks * tuning.lowering_seconds_per_task[compute_streams > 1]
+    fixed = lowering + graph_walk_seconds(tuning.extract_seconds_per_task, num_tasks, tuning)
+    bounds = num_tasks * tuning.structural_bounds_seconds_per_task
     if num_tasks <= EXPOSURE_MAX_TASKS:
-        bounds += num_tasks * EXPOSURE_BOUND_SECONDS_PER_TASK
+        bounds += num_tasks * tuning.exposure_bound_seconds_per_task
     structural = time_limit - fixed >= 2 * bounds
     if structural:
         fixed += bounds
     left = max(0.0, time_limit - fixed)
     return TimePlan(time_limit=time_limit, fixed_seconds=fixed, lowering_seconds=lowering,
-                    heuristic_seconds=left * HEURISTIC_SHARE if solver_follows else left, left_seconds=left,
-                    solver_follows=solver_follows, structural_bounds=structural, num_tasks=num_tasks)
+                    heuristic_seconds=left * tuning.heuristic_share if solver_follows else left, left_seconds=left,
+                    solver_follows=solver_follows, structural_bounds=structural, num_tasks=num_tasks, tuning=tuning,
+                    build_seconds_per_task=build_seconds_per_task)
 
 
-def analysis_seconds(num_nodes: int) -> float:
+def analysis_seconds(num_nodes: int, tuning: TimePlanTuning = TIME_PLAN_TUNING) -> float:
     """Predicted seconds of the least an analysed call does: read the graph (extraction and the baseline's
     simulation) and hand back a copy of it in its original order."""
-    return FIXED_SECONDS + graph_walk_seconds(EXTRACT_SECONDS_PER_TASK + KEEP_ORIGINAL_SECONDS_PER_NODE, num_nodes)
+    return tuning.fixed_seconds + graph_walk_seconds(
+        tuning.extract_seconds_per_task + tuning.keep_original_seconds_per_node, num_nodes, tuning)
 
 
-def can_analyse(time_limit: float, num_nodes: int) -> bool:
+def can_analyse(time_limit: float, num_nodes: int, tuning: TimePlanTuning = TIME_PLAN_TUNING) -> bool:
     """Whether ``time_limit`` pays for `analysis_seconds`; when it does not, `optimize` returns the module
     untouched rather than late. Decided from the node count alone: the same on every rank."""
-    return analysis_seconds(num_nodes) <= time_limit
+    return analysis_seconds(num_nodes, tuning) <= time_limit

@@ -1,7 +1,7 @@
 """The CP-SAT model: program order, streams and launch/wait placement under a memory budget.
 
 `CpsatModel` reads top to bottom: variables, constraints (one named group
-each), objective, hint, extract; `solve_cpsat` (solvers/cpsat.py) scales the
+each), objective, hint, extract; `solve_model` (solvers/cpsat.py) scales the
 problem, drives the solve and chooses among solutions. What the model decides
 (the whole problem, or a window of an incumbent) is its `Scope`
 (solvers/scope.py). Its semantics are `simulate`'s (DESIGN.md):

@@ -14,7 +14,7 @@ no later than the real launch point, and the comm streams (their collectives all
 launch on every task starts no later (the placement is monotone), so the makespan is no larger. That needs
 every task after the cut to start after the launch point or on c's comm stream after c: a synchronous
 collective that may run on another comm stream starts when its inputs are ready, and these may be tasks of X
-that the relaxation runs after the prefix (a review found relaxations 14-100 ns above the optimum), so no cut
+that the relaxation runs after the prefix (relaxations came out 14-100 ns above the optimum), so no cut
 is made before one (`cuttable`). From the
 launch on the bytes resident are the real ones restricted to the kept buffers, each freed no later (fewer
 holders). Before it, nothing is checked. The relaxation keeps the memory-forced idle of everything after the
@@ -24,7 +24,7 @@ against their 262.15 (results/cut_bounds.md).
 The cuts are searched from the last collective backwards: a later cut is cheaper and weaker, and the cost
 grows about geometrically towards the front, so the whole walk costs about what its earliest finished cut
 does. A cut whose search would not finish in what is left stops at a tenth of its lengths
-(`prefixes.GROWTH_AFTER_A_TENTH`) and the walk goes on with the next one."""
+(`PrefixTuning.growth_after_a_tenth`) and the walk goes on with the next one."""
 
 from __future__ import annotations
 
@@ -290,7 +290,7 @@ def _walk_and_report(problem: Problem, upper: int, expansions: int, deadline: fl
     parent reads only when its own search is done: a full pipe must not stop the walk; a message is far below
     the page a writable pipe has free), and the last word."""
 
-    room = select.poll()  # poll, not select: descriptors past 1024 (a review: a training job's many files)
+    room = select.poll()  # poll, not select: descriptors past 1024 (a training job opens many files)
     room.register(send.fileno(), select.POLLOUT)
 
     def better(cut: CutBound) -> None:

@@ -5,10 +5,10 @@ A monolithic model with memory stalls past a few hundred tasks on 2 cores
 warm-started from the incumbent and accepting only improvements judged by
 `simulate`:
 
-* placement (`solve_cpsat` with ``fixed_order``): compute tasks keep the
+* placement (`solve_model` with ``fixed_order``): compute tasks keep the
   incumbent's order and streams; only where collectives launch, where waits
   land (and views) is free.
-* windows (`solve_cpsat` with ``window``): large-neighbourhood search. Only a
+* windows (`solve_model` with ``window``): large-neighbourhood search. Only a
   window of consecutive tasks (in program order) is modelled, the model's
   `Scope` (solvers/scope.py): what comes
   before it is constant, what comes after it is left out, so each model has a
@@ -33,42 +33,61 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from solvercast.ir.problem import Problem, Role
 from solvercast.ir.schedule import Schedule
 from solvercast.ir.simulate import SimResult, idle_points, simulate
-from solvercast.solvers.cpsat import solve_cpsat
+from solvercast.solvers.cpsat import CPSAT_TUNING, CpsatTuning, solve_model
 from solvercast.solvers.result import SolveResult, SolveStatus, potential
+
+
+@dataclass(frozen=True)
+class WindowTuning:
+    """What windowed search plans besides each window's deterministic time; vary with `dataclasses.replace`."""
+
+    #: planned seconds per window besides its deterministic time (building its model, checking its answer, the
+    #: presolve of a window that ends early): at 0.025 windows that end early met the deadline, at 0.03 they
+    #: end by the plan at 85-91% of the limit (results/cpsat_budgets.md, results/tuning_notes.md#window-overhead)
+    overhead_seconds: float = 0.03
+    #: a window is started only with this many planned seconds of search left for it
+    min_window_seconds: float = 0.25
+
+
+#: the shipped values
+WINDOW_TUNING = WindowTuning()
 
 
 def solve_placement(problem: Problem, hint: Schedule, time_limit: float, memory_budget: int | None = None,
                     **options) -> SolveResult:
-    """CP-SAT with the compute order (and streams) of ``hint`` fixed."""
+    """CP-SAT with the compute order (and streams) of ``hint`` fixed; ``options``: `solve_model`'s."""
     fixed = {t for t, task in enumerate(problem.tasks) if task.role == Role.COMPUTE}
-    return solve_cpsat(problem, time_limit=time_limit, memory_budget=memory_budget, hint=hint, fixed_order=fixed,
+    return solve_model(problem, time_limit=time_limit, memory_budget=memory_budget, hint=hint, fixed_order=fixed,
                        **options)
 
 
 def solve_placement_then_windows(problem: Problem, hint: Schedule, time_limit: float,
                                  memory_budget: int | None = None, *, deterministic: bool = True,
                                  progress: Callable[[str], None] | None = None,
-                                 deadline: float | None = None) -> SolveResult:
+                                 deadline: float | None = None, tuning: WindowTuning = WINDOW_TUNING,
+                                 cpsat_tuning: CpsatTuning = CPSAT_TUNING) -> SolveResult:
     """A quarter of the time on the placement model, the rest on windowed
     search from its result. Returns the better of the two (the hint, with
     HINT_KEPT and both reasons, if neither improved). With ``deterministic``
     time, so every rank searches the same windows; ``deadline`` (a
     `time.perf_counter` reading) caps the call (``stats["stopped_by_wall_clock"]``
-    says when it ended it)."""
+    says when it ended it). ``tuning``, ``cpsat_tuning``: the windows' and each model's (`WindowTuning`,
+    `CpsatTuning`)."""
     say = progress or (lambda msg: None)
     deadline = time.perf_counter() + time_limit if deadline is None else deadline
     say(f"solving with CP-SAT, compute order fixed ({time_limit / 4:.1f} s)")
     placed = solve_placement(problem, hint, time_limit / 4, memory_budget, deterministic=deterministic,
-                             progress=progress, deadline=deadline)
+                             progress=progress, deadline=deadline, tuning=cpsat_tuning)
     start = placed.schedule if placed.schedule is not None else hint
     spent = seconds_spent(placed, deterministic)
     say(f"windowed search ({time_limit - spent:.1f} s)")
     windows = solve_windows(problem, start, time_limit - spent, memory_budget, deterministic=deterministic,
-                            progress=progress, deadline=deadline)
+                            progress=progress, deadline=deadline, tuning=tuning, cpsat_tuning=cpsat_tuning)
     if placed.stats.get("stopped_by_wall_clock"):  # the windows start from what the clock left: say so
         windows.stats["stopped_by_wall_clock"] = True
     if windows.status != SolveStatus.HINT_KEPT:
@@ -78,21 +97,6 @@ def solve_placement_then_windows(problem: Problem, hint: Schedule, time_limit: f
     return SolveResult(hint, SolveStatus.HINT_KEPT, windows.simulated, None, None,
                        placed.wall_time + windows.wall_time, "",
                        f"placement: {placed.message or placed.status.value}; {windows.message}", windows.stats)
-
-
-#: planned seconds per window besides its deterministic time (building its model, checking its answer, the
-#: presolve of a window that ends early), measured on the quiet 2-core machine (2026-11-24): a window's wall
-#: time outside CP-SAT is 0.01 s (fsdp_tp 2 layers: 10 windows at their limits, 3.39 s, 3.30 in the solver);
-#: windows that prove their neighbourhood early take ~0.016 s more than their deterministic time pays for
-#: (fsdp_layers 8 layers: 135 windows, 4.5 s); at 0.02, in a slower hour, fsdp_layers 8's 10 s polish (155
-#: windows) was ended by the wall clock at 95-97% of the limit; at 0.025 it ended by its plan at 86-92%. It
-#: was 0.1 (0.09-0.10 measured on the loaded machine): a 10 s polish of fsdp_layers 8 layers planned its 18
-#: windows at 1.84 s, which took 0.37 (`experiments/polish_plan.py`, results/cpsat_budgets.md, eighth session).
-#: Since windows take program positions (ninth session) they end early more often: fsdp_layers 8's 152
-#: windows at 0.025 reached 94-95% of the limit and one run met the deadline; at 0.03, 132 windows, 85-91%
-WINDOW_OVERHEAD_SECONDS = 0.03
-#: a window is started only with this many planned seconds of search left for it
-MIN_WINDOW_SECONDS = 0.25
 
 
 def seconds_spent(res: SolveResult, deterministic: bool) -> float:
@@ -125,7 +129,8 @@ def window_starts(problem: Problem, schedule: Schedule, sim: SimResult, size: in
 def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_budget: int | None = None, *,
                   window: int = 200, per_window: float = 4.0, deterministic: bool = True,
                   progress: Callable[[str], None] | None = None,
-                  deadline: float | None = None, bound: int = 0, grow: float | None = None) -> SolveResult:
+                  deadline: float | None = None, bound: int = 0, grow: float | None = None,
+                  tuning: WindowTuning = WINDOW_TUNING, cpsat_tuning: CpsatTuning = CPSAT_TUNING) -> SolveResult:
     """Large-neighbourhood search over windows of ``window`` tasks until ``time_limit``, or until the
     makespan reaches ``bound`` (a lower bound: nothing shorter exists).
 
@@ -134,7 +139,8 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
     schedule no window of one size improves is a local optimum of that size only. After the whole graph they
     start over at ``window`` tasks if any of them found a shorter schedule since they last did, else the
     search ends. Without ``grow`` it ends once every window of ``window`` tasks has been tried since the
-    last shorter schedule.
+    last shorter schedule. ``tuning``: the windows' planned overhead and least seconds (`WindowTuning`);
+    ``cpsat_tuning``: each window's model (`CpsatTuning`).
 
     Returns the best schedule found (the hint if nothing improved, with
     HINT_KEPT); ``stats`` records windows tried and improved, and the largest size tried.
@@ -163,7 +169,7 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
     while best_sim.makespan > bound:
         if not queue and (grow is None or (window >= problem.num_tasks and not cycle_gained)):
             break  # every window tried, none larger to try (or, grown to the whole graph, none gained since)
-        if left - WINDOW_OVERHEAD_SECONDS < MIN_WINDOW_SECONDS:
+        if left - tuning.overhead_seconds < tuning.min_window_seconds:
             break
         if deadline - time.perf_counter() < 0.5:
             stopped_by_wall = deterministic
@@ -178,11 +184,11 @@ def solve_windows(problem: Problem, hint: Schedule, time_limit: float, memory_bu
             say(f"  every window tried: windows of {window} tasks")
         lo = queue.pop(0)
         largest = max(largest, window)
-        res = solve_cpsat(problem, time_limit=min(per_window, left - WINDOW_OVERHEAD_SECONDS),
+        res = solve_model(problem, time_limit=min(per_window, left - tuning.overhead_seconds),
                           memory_budget=memory_budget, hint=best, window=(lo, lo + window), left_shift=True,
-                          deterministic=deterministic, deadline=deadline)
+                          deterministic=deterministic, deadline=deadline, tuning=cpsat_tuning)
         stopped_by_wall |= bool(res.stats.get("stopped_by_wall_clock"))
-        left -= seconds_spent(res, deterministic) + WINDOW_OVERHEAD_SECONDS
+        left -= seconds_spent(res, deterministic) + tuning.overhead_seconds
         tried += 1
         if res.status == SolveStatus.HINT_KEPT:
             fruitless[lo] = fruitless.get(lo, 0.0) + 1

@@ -511,7 +511,7 @@ def solve_milp(
     if n > max_tasks:
         raise UnsupportedProblemError(
             f"the MILP is for small graphs: {n} tasks > max_tasks={max_tasks}; use method='cpsat' (or 'auto'), "
-            "which models the same problem at any size (solvercast.solvers.cpsat.solve_cpsat)")
+            "which models the same problem at any size (solvercast.pipeline.portfolio.solve_cpsat)")
     budget = problem.machine.memory_budget if memory_budget is None else memory_budget
     C = problem.machine.compute_streams
     if C > 2:

@@ -41,18 +41,25 @@ from solvercast.ir.schedule import Schedule
 from solvercast.ir.simulate import SimResult, validate
 from solvercast.solvers.result import Outcome, SolveResult
 
-#: Expansions (a prefix extended by one task) per second on the 2-core machines, measured with
-#: `experiments/prefix_search.py` (results/prefix_search.md): the conversion of seconds to the counted limit.
-EXPANSIONS_PER_SECOND = 30_000
-
 _RUNS, _VIEW, _LAUNCHED = 0, 1, 2
-PROGRESS_SECONDS = 1.0  # a progress line a second at most
-#: A search that has spent more than 1/GROWTH_AFTER_A_TENTH of its expansions on the first tenth of its
-#: prefix lengths stops there (it would not finish in time): the whole searches of results/prefix_search.md
-#: spent 28-64 x what their first tenth took (fsdp_tp 1 layer 39,558 of 1,094,816 by its 8th of 94 lengths;
-#: simple_fsdp 1 layer 32,950 of 1,005,105 by its 8th of 80; fsdp_layers 2 layers 401 of 25,854 by its 6th of
-#: 64), and the wider graphs grow faster (simple_fsdp 2 layers 198,475 by its 7th of 244)
-GROWTH_AFTER_A_TENTH = 20
+
+
+@dataclass(frozen=True)
+class PrefixTuning:
+    """How the prefix search counts its time and when it gives up; vary with `dataclasses.replace`."""
+
+    #: expansions (a prefix extended by one task) per second on the 2-core machines: the conversion of seconds
+    #: to the counted limit (`experiments/prefix_search.py`, results/prefix_search.md)
+    expansions_per_second: int = 30_000
+    #: a progress line this often at most
+    progress_seconds: float = 1.0
+    #: a search that has spent more than 1/this of its expansions on the first tenth of its prefix lengths stops
+    #: there: whole searches spent 28-64 x what their first tenth took (results/tuning_notes.md#prefix-growth)
+    growth_after_a_tenth: int = 20
+
+
+#: the shipped values
+PREFIX_TUNING = PrefixTuning()
 
 
 def not_applicable(problem: Problem) -> str | None:
@@ -119,12 +126,12 @@ class _Tables:
 def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansions: int | None = None,
                     deadline: float | None = None, progress: Callable[[str], None] | None = None,
                     window: tuple[tuple[int, ...], int, int] | None = None,
-                    memory_from: int | None = None) -> PrefixSearch:
+                    memory_from: int | None = None, tuning: PrefixTuning = PREFIX_TUNING) -> PrefixSearch:
     """The exact search (module docstring) for a problem with one compute stream, within
     ``problem.machine.memory_budget`` (from task ``memory_from``'s step on, when given: the relaxations of
     solvers/cuts.py), for a makespan below ``upper``. Stops without a proof after
     ``max_expansions`` expansions (or at a tenth of its lengths, when the expansions so far predict more:
-    GROWTH_AFTER_A_TENTH), or when the wall clock passes ``deadline`` (a `time.perf_counter` reading;
+    `PrefixTuning.growth_after_a_tenth`), or when the wall clock passes ``deadline`` (a `time.perf_counter` reading;
     ``stats["stopped_by_wall_clock"]``)."""
     why = not_applicable(problem)
     if why:
@@ -301,9 +308,9 @@ def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansion
         most = max(most, count)
         depth += 1
         if (window is None and max_expansions is not None and depth == checkpoint
-                and expansions * GROWTH_AFTER_A_TENTH > max_expansions):
+                and expansions * tuning.growth_after_a_tenth > max_expansions):
             stopped = "predicted"  # the rest would not fit: the time goes back to the caller
-        if progress is not None and count and time.perf_counter() >= said + PROGRESS_SECONDS:
+        if progress is not None and count and time.perf_counter() >= said + tuning.progress_seconds:
             said = time.perf_counter()
             progress(f"prefix search: {len(level)} sets, {count} prefixes, {expansions} expansions")
     seconds = time.perf_counter() - started
@@ -334,8 +341,8 @@ def _window_masks(tb: _Tables, order: tuple[int, ...], lo: int, hi: int) -> list
 def _undominated(prefixes: list) -> list:
     """The prefixes no other one of the same set dominates (same kept ends, every time no later); the
     first of equal ones is kept, so the search is deterministic. A dominated prefix's continuations are
-    covered only by its dominator's, so the dominator keeps asleep only what both had asleep (found by a
-    review: with the dominator's own sleep set alone, a 12-task program lost its optimum)."""
+    covered only by its dominator's, so the dominator keeps asleep only what both had asleep (with the
+    dominator's own sleep set alone, a 12-task program lost its optimum)."""
     if len(prefixes) == 1:
         return prefixes
     prefixes = sorted(prefixes, key=lambda p: (p[1], sum(p[0]) + sum(p[2]), p[0], p[2]))
@@ -354,7 +361,8 @@ def _undominated(prefixes: list) -> list:
 def improve_by_windows(problem: Problem, schedule: Schedule, max_expansions: int, *, size: int = 40,
                        per_window: int = 50_000, deadline: float | None = None,
                        progress: Callable[[str], None] | None = None,
-                       starts: Callable[[Schedule, SimResult], Sequence[int]] | None = None) -> tuple[Schedule, dict]:
+                       starts: Callable[[Schedule, SimResult], Sequence[int]] | None = None,
+                       tuning: PrefixTuning = PREFIX_TUNING) -> tuple[Schedule, dict]:
     """Exact windows: the prefix search over positions [lo, lo + ``size``) of the schedule's order, the rest kept
     (`search_prefixes`' ``window``), below its makespan, windows half overlapping from the start (or where
     ``starts`` of the pass's schedule and its simulation says, in its order), passes repeated while one gains;
@@ -376,7 +384,8 @@ def improve_by_windows(problem: Problem, schedule: Schedule, max_expansions: int
                 stopped_by_wall = True
                 break
             found = search_prefixes(problem, best_sim.makespan, window=(best.order, lo, min(n, lo + size)),
-                                    max_expansions=min(per_window, max_expansions - spent), deadline=deadline)
+                                    max_expansions=min(per_window, max_expansions - spent), deadline=deadline,
+                                    tuning=tuning)
             spent += found.expansions
             tried += 1
             stopped_by_wall |= found.stats["stopped_by_wall_clock"]
@@ -394,9 +403,9 @@ def improve_by_windows(problem: Problem, schedule: Schedule, max_expansions: int
 
 def solve_prefixes(problem: Problem, time_limit: float = 10.0, memory_budget: int | None = None,
                    hint: Schedule | None = None, *, deterministic: bool = True, deadline: float | None = None,
-                   progress: Callable[[str], None] | None = None) -> SolveResult:
+                   progress: Callable[[str], None] | None = None, tuning: PrefixTuning = PREFIX_TUNING) -> SolveResult:
     """`search_prefixes` as a solver: below ``hint``'s makespan, within ``time_limit`` (counted as
-    EXPANSIONS_PER_SECOND expansions a second with ``deterministic``, so every run gives the same answer;
+    `PrefixTuning.expansions_per_second` expansions a second with ``deterministic``, so every run gives the same answer;
     wall-clock seconds otherwise). OPTIMAL when the search ends: its order, or the hint when nothing beats
     it; INFEASIBLE (raised) when no order holds the budget; HINT_KEPT / NO_SOLUTION when it is stopped."""
     started = time.perf_counter()
@@ -406,10 +415,10 @@ def solve_prefixes(problem: Problem, time_limit: float = 10.0, memory_budget: in
     budget = problem.machine.memory_budget if memory_budget is None else memory_budget
     problem = problem.with_budget(budget)
     hint_sim = validate(problem, hint, memory_budget=budget) if hint is not None else None
-    limit = int(time_limit * EXPANSIONS_PER_SECOND) if deterministic else None
+    limit = int(time_limit * tuning.expansions_per_second) if deterministic else None
     ends = started + time_limit if deadline is None else deadline  # the wall clock caps a counted search too
     found = search_prefixes(problem, hint_sim.makespan if hint_sim is not None else None, max_expansions=limit,
-                            deadline=ends, progress=progress)
+                            deadline=ends, progress=progress, tuning=tuning)
     wall = time.perf_counter() - started
     stats = dict(found.stats, expansions=found.expansions, most_prefixes=found.most_prefixes)
     status = "complete" if found.complete else "stopped"

@@ -5,7 +5,7 @@ A windowed model (large-neighbourhood search, solvers/large.py) decides only the
 streams and program times as constants: `simulate` times a task from what comes before it in program
 order, so no reorder of the window moves them, and the window's tasks start after the past is done with
 each stream. Tasks after the window (the *future*) are left out: buffers they hold live past the window,
-and the objective sees only the window (`solve_cpsat` judges the whole schedule with `simulate`).
+and the objective sees only the window (`solve_model` judges the whole schedule with `simulate`).
 
 `Scope` answers every question the model asks about that split, so the model's methods read the same for
 a whole problem (nothing past, nothing left out) and for a window.

@@ -15,11 +15,11 @@ from solvercast.ir.bounds import lower_bounds
 from solvercast.fx.lower import anchor_nodes, lower
 from solvercast.models import build
 from solvercast.testing import random_problem
-from solvercast.solvers.cpsat import solve_cpsat
+from solvercast.pipeline.portfolio import solve_cpsat
 from solvercast.solvers.result import SolveStatus
 from solvercast.ir.bounds import EXPOSURE_MAX_TASKS
-from solvercast.pipeline.time_plan import (EXPOSURE_BOUND_SECONDS_PER_TASK, MIN_SOLVER_SECONDS, SOLVER_BUILD_SECONDS_PER_TASK, STRUCTURAL_BOUNDS_SECONDS_PER_TASK,
-                                    analysis_seconds, can_analyse, plan_time)
+from solvercast.pipeline.time_plan import TIME_PLAN_TUNING, analysis_seconds, can_analyse, plan_time
+from solvercast.solvers.cpsat import CPSAT_TUNING
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +109,8 @@ def test_plan_shares_what_the_fixed_costs_leave(limit, tasks, streams, solver):
     plan = plan_time(limit, tasks, streams, solver)
     assert plan.fixed_seconds > plan.lowering_seconds > 0
     # the structural bounds are paid for only where they leave as much again for the search
-    bounds = tasks * (STRUCTURAL_BOUNDS_SECONDS_PER_TASK
-                      + (EXPOSURE_BOUND_SECONDS_PER_TASK if tasks <= EXPOSURE_MAX_TASKS else 0))
+    bounds = tasks * (TIME_PLAN_TUNING.structural_bounds_seconds_per_task
+                      + (TIME_PLAN_TUNING.exposure_bound_seconds_per_task if tasks <= EXPOSURE_MAX_TASKS else 0))
     without = plan.fixed_seconds - (bounds if plan.structural_bounds else 0)
     assert plan.structural_bounds == (limit - without >= 2 * bounds)
     # by hand, from the constants' measured values: 36,000 tasks at 5 s leave nothing after extraction
@@ -124,7 +124,7 @@ def test_plan_shares_what_the_fixed_costs_leave(limit, tasks, streams, solver):
     if not solver:
         assert plan.heuristic_seconds == plan.left_seconds and solver_time == 0
     else:
-        assert solver_time == 0 or MIN_SOLVER_SECONDS <= solver_time <= plan.left_seconds
+        assert solver_time == 0 or TIME_PLAN_TUNING.min_solver_seconds <= solver_time <= plan.left_seconds
         # whatever the heuristics spend comes out of the solver's time
         spent = plan.heuristic_work
         assert plan.solver_seconds(spent) <= max(0.0, solver_time - plan.heuristic_seconds) + 1e-9
@@ -177,7 +177,7 @@ def test_no_solver_is_started_that_cannot_pay_for_building_its_model():
     twice its predicted build time left (deterministic), and solve_cpsat itself refuses to build with the
     deadline nearer than that (the wall's guard, reported as the wall clock's doing)."""
     tasks = 10_000
-    build = SOLVER_BUILD_SECONDS_PER_TASK * tasks
+    build = CPSAT_TUNING.build_seconds_per_task * tasks
     for limit in (1.0, 2.0, 5.0, 10.0, 30.0):
         plan = plan_time(limit, tasks, 1, solver_follows=True)
         seconds = plan.solver_seconds(0.0)

@@ -7,7 +7,7 @@ from tests.support import brute_force
 from solvercast import InfeasibleBudgetError, Schedule, extract_problem, lower_bounds, simulate, validate
 from solvercast.heuristics import best_heuristic
 from solvercast.models import build, list_models
-from solvercast.solvers.cpsat import solve_cpsat
+from solvercast.pipeline.portfolio import solve_cpsat
 from solvercast.solvers.cpsat_model import CpsatModel
 from solvercast.solvers.result import SolveStatus
 from solvercast.testing import random_problem

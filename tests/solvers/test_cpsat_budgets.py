@@ -5,18 +5,31 @@ Every claim is checked by `validate` and against an independent answer (brute fo
 of the shapes); effort is measured in CP-SAT's deterministic time, never the wall clock.
 """
 
+import dataclasses
+
 import pytest
 from ortools.sat.python import cp_model
 
 from tests.support import SHAPES, brute_force
 from solvercast import Machine, Problem, Role, Schedule, Task, simulate, validate
 from solvercast.heuristics import best_heuristic
+from solvercast.pipeline.portfolio import solve_cpsat
+from solvercast.pipeline.tuning import DEFAULT_TUNING, PORTFOLIO_TUNING
 from solvercast.solvers import cpsat
-from solvercast.solvers.cpsat import solve_cpsat
 from solvercast.solvers.cpsat_model import MAX_POSITION_PAIRS, CpsatModel
 from solvercast.solvers.result import SolveStatus
 
 C = Role.COMPUTE
+
+
+def tuned(windows_rate: float = 0.012, **portfolio):
+    """The shipped tuning with every model's search rate flat at 0.012 units a second (windows' at
+    ``windows_rate``) and ``portfolio``'s fields replaced."""
+    rates = {kind: ((windows_rate if kind == "windows" else 0.012), 0.0)
+             for kind in cpsat.CPSAT_TUNING.search_units_per_second}
+    models = dataclasses.replace(cpsat.CPSAT_TUNING, search_units_per_second=rates, search_rate_range=(0.012, 1.3))
+    shares = dataclasses.replace(PORTFOLIO_TUNING, **portfolio)
+    return dataclasses.replace(DEFAULT_TUNING, cpsat=models, portfolio=shares)
 
 
 def at_original_peak(p):
@@ -90,11 +103,10 @@ def test_the_same_schedule_on_every_run(zoo_graph, monkeypatch):
     from solvercast import extract_problem
     from solvercast.solvers import cpsat
 
-    monkeypatch.setattr(cpsat, "search_rate", lambda kind, constraints: 0.012)
-    monkeypatch.setattr(cpsat, "PREFIX_MAX_TASKS", 0)  # the model and its windows, no prefix search
+    tuning = tuned(prefix_max_tasks=0)  # the model and its windows, no prefix search
     p = at_original_peak(extract_problem(zoo_graph("fsdp_layers", layers=2)))
     hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
-    first, second = (solve_cpsat(p, time_limit=10, hint=hint) for _ in range(2))
+    first, second = (solve_cpsat(p, time_limit=10, hint=hint, tuning=tuning) for _ in range(2))
     assert first.stats["deterministic_time"] >= first.stats["deterministic_limit"] > 0.05
     assert first.stats["polish"]["windows_tried"] >= 1
     assert not first.stats["stopped_by_wall_clock"] and not second.stats["stopped_by_wall_clock"]
@@ -132,15 +144,16 @@ def test_the_deterministic_limit_follows_the_model_not_the_clock(zoo_graph):
     assert (cpsat.model_kind(one), cpsat.model_kind(two)) == ("positions", "streams")
     for model in (one, two):
         constraints = len(model.m.Proto().constraints)
-        rate = cpsat.search_rate(cpsat.model_kind(model), constraints) * cpsat.LIMIT_SHARE
+        rate = cpsat.search_rate(cpsat.model_kind(model), constraints) * cpsat.CPSAT_TUNING.limit_share
         for seconds in (1.0, 10.0):
             units = cpsat.deterministic_limit(seconds, model)
             assert units == cpsat.deterministic_limit(seconds, model)
-            assert units == pytest.approx(rate * (seconds - cpsat.OVERHEAD_SECONDS_PER_CONSTRAINT * constraints))
+            overhead = cpsat.CPSAT_TUNING.overhead_seconds_per_constraint
+            assert units == pytest.approx(rate * (seconds - overhead * constraints))
     assert cpsat.deterministic_limit(10.0, one) > cpsat.deterministic_limit(10.0, two)
     # the position model's rate grows with its size (measured: 0.52 at 2,734 constraints, 1.37 at 27,172),
     # within the range measured
-    low, high = cpsat.SEARCH_RATE_RANGE
+    low, high = cpsat.CPSAT_TUNING.search_rate_range
     assert low <= cpsat.search_rate("positions", 2_734) < cpsat.search_rate("positions", 27_172) <= high
     assert cpsat.search_rate("streams", 1_000) == cpsat.search_rate("streams", 10_000)
     # a model too large for the seconds given still gets a (tiny) positive limit: its hint stands
@@ -158,30 +171,29 @@ def test_windows_polish_what_the_model_left(zoo_graph, monkeypatch):
     from solvercast import extract_problem
     from solvercast.solvers import cpsat
 
-    monkeypatch.setattr(cpsat, "search_rate", lambda kind, constraints: 0.25 if kind == "windows" else 0.012)
-    monkeypatch.setattr(cpsat, "PREFIX_MAX_TASKS", 0)  # the model and its windows, no prefix search
+    tuning = tuned(windows_rate=0.25, prefix_max_tasks=0)  # the model and its windows, no prefix search
     p = at_original_peak(extract_problem(zoo_graph("fsdp_layers", layers=2)))
     hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
-    polished = solve_cpsat(p, time_limit=4, hint=hint)
-    alone = cpsat.solve_model(p, time_limit=4 * cpsat.WHOLE_MODEL_SHARE, hint=hint)
+    polished = solve_cpsat(p, time_limit=4, hint=hint, tuning=tuning)
+    alone = cpsat.solve_model(p, time_limit=4 * tuning.portfolio.whole_model_share, hint=hint, tuning=tuning.cpsat)
     assert polished.stats["polish"]["windows_tried"] >= 1
     assert polished.makespan <= alone.makespan and polished.bound == alone.bound
     validate(p, polished.schedule)
 
 
 def test_the_whole_model_stops_at_its_units_and_leaves_the_rest_to_the_windows(zoo_graph, monkeypatch):
-    """Past WHOLE_MODEL_UNITS the model stops even if its share of the seconds pays for more, and counts
+    """Past ``whole_model_units`` the model stops even if its share of the seconds pays for more, and counts
     only the seconds those units were planned to take: the windows get the rest."""
     from solvercast import extract_problem
     from solvercast.solvers import cpsat
 
-    monkeypatch.setattr(cpsat, "WHOLE_MODEL_UNITS", 0.05)
-    monkeypatch.setattr(cpsat, "PREFIX_MAX_TASKS", 0)  # the model and its windows, no prefix search
+    tuning = dataclasses.replace(DEFAULT_TUNING, portfolio=dataclasses.replace(
+        PORTFOLIO_TUNING, whole_model_units=0.05, prefix_max_tasks=0))  # the model and its windows, no prefix search
     p = at_original_peak(extract_problem(zoo_graph("fsdp_layers", layers=2)))
     hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
-    res = solve_cpsat(p, time_limit=4, hint=hint)
+    res = solve_cpsat(p, time_limit=4, hint=hint, tuning=tuning)
     assert res.stats["deterministic_limit"] == 0.05 <= res.stats["deterministic_time"]
-    assert res.stats["seconds_given"] < 4 * cpsat.WHOLE_MODEL_SHARE
+    assert res.stats["seconds_given"] < 4 * PORTFOLIO_TUNING.whole_model_share
     assert res.stats["polish"]["windows_tried"] >= 1
     validate(p, res.schedule)
 
@@ -198,16 +210,17 @@ def test_a_makespan_at_the_bound_ends_the_solve_before_the_windows(monkeypatch):
     nothing of the problem): no windows follow. The model is replaced by one that returns its hint
     unproven."""
     from solvercast import lower_bounds
-    from solvercast.solvers import cpsat
+    from solvercast.pipeline import portfolio
     from solvercast.solvers.result import SolveResult
 
     p = at_original_peak(SHAPES["raise_comms"](2))
     optimal = solve_cpsat(p, time_limit=5)
     assert optimal.makespan == lower_bounds(p).makespan  # the bound is tight here
     unproven = SolveResult(optimal.schedule, SolveStatus.HINT_KEPT, optimal.simulated, None, None, 0.0)
-    monkeypatch.setattr(cpsat, "solve_model", lambda *args, **kwargs: unproven)
-    monkeypatch.setattr(cpsat, "PREFIX_MAX_TASKS", 0)  # the model and its windows, no prefix search
-    res = cpsat.solve_cpsat(p, time_limit=5, hint=optimal.schedule)
+    monkeypatch.setattr(portfolio, "solve_model", lambda *args, **kwargs: unproven)
+    tuning = dataclasses.replace(DEFAULT_TUNING, portfolio=dataclasses.replace(
+        PORTFOLIO_TUNING, prefix_max_tasks=0))  # the model and its windows, no prefix search
+    res = portfolio.solve_cpsat(p, time_limit=5, hint=optimal.schedule, tuning=tuning)
     assert res is unproven
 
 
@@ -243,12 +256,11 @@ def test_the_windows_result_has_no_stall_a_later_task_could_fill(zoo_graph, monk
     from solvercast.heuristics import fill_idle
     from solvercast.solvers import cpsat
 
-    monkeypatch.setattr(cpsat, "search_rate", lambda kind, constraints: 0.25 if kind == "windows" else 0.012)
-    monkeypatch.setattr(cpsat, "PREFIX_MAX_TASKS", 0)  # the model and its windows, no prefix search
-    monkeypatch.setattr(cpsat, "LATE_EXACT_SHARE", 0.0)
+    tuning = tuned(windows_rate=0.25, prefix_max_tasks=0)  # the model and its windows, no prefix search
+    tuning = dataclasses.replace(tuning, portfolio=dataclasses.replace(tuning.portfolio, late_exact_share=0.0))
     p = at_original_peak(extract_problem(zoo_graph("fsdp_layers", layers=2)))
     hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
-    res = solve_cpsat(p, time_limit=2, hint=hint)
+    res = solve_cpsat(p, time_limit=2, hint=hint, tuning=tuning)
     assert res.stats["fill_idle"]["simulations"] >= 1
     again, stats = fill_idle(p, res.schedule)
     assert stats["moves"] == 0 and again is res.schedule
@@ -256,21 +268,20 @@ def test_the_windows_result_has_no_stall_a_later_task_could_fill(zoo_graph, monk
 
 def test_exact_windows_after_cp_sats_start_at_its_stalls(zoo_graph, monkeypatch):
     """On a graph too large for the prefix search, exact windows follow CP-SAT's windows with
-    LATE_EXACT_SHARE of the limit, around the stalls first (here they reach fsdp_layers 2 layers' optimum,
+    ``late_exact_share`` of the limit, around the stalls first (here they reach fsdp_layers 2 layers' optimum,
     129.92 us, which the lowered CP-SAT conversion does not): the result valid, never worse, the same on a
     second run."""
     from solvercast import extract_problem
     from solvercast.solvers import cpsat
 
-    monkeypatch.setattr(cpsat, "search_rate", lambda kind, constraints: 0.25 if kind == "windows" else 0.012)
-    monkeypatch.setattr(cpsat, "PREFIX_MAX_TASKS", 0)
+    tuning = tuned(windows_rate=0.25, prefix_max_tasks=0)
     p = at_original_peak(extract_problem(zoo_graph("fsdp_layers", layers=2)))
     hint = best_heuristic(p, memory_budget=p.machine.memory_budget)
-    first, second = (solve_cpsat(p, time_limit=2, hint=hint) for _ in range(2))
+    first, second = (solve_cpsat(p, time_limit=2, hint=hint, tuning=tuning) for _ in range(2))
     assert first.stats["late_exact_windows"]["windows_improved"] >= 1
     assert validate(p, first.schedule).makespan <= simulate(p, hint).makespan
     assert first.schedule.order == second.schedule.order
-    monkeypatch.setattr(cpsat, "LATE_EXACT_SHARE", 0.0)
-    without = solve_cpsat(p, time_limit=2, hint=hint)
+    tuning = dataclasses.replace(tuning, portfolio=dataclasses.replace(tuning.portfolio, late_exact_share=0.0))
+    without = solve_cpsat(p, time_limit=2, hint=hint, tuning=tuning)
     assert first.makespan < without.makespan
 

@@ -149,7 +149,7 @@ def _fsdp_tp_one_layer():
 
 
 def _bound_by_cuts(p, schedule, seconds=60.0):
-    from solvercast.solvers.cpsat import _bound_by_cuts
+    from solvercast.pipeline.portfolio import _bound_by_cuts
     from solvercast.solvers.result import SolveResult, SolveStatus
 
     found = SolveResult(schedule, SolveStatus.FEASIBLE, simulate(p, schedule), None, None, 0.0)
@@ -286,7 +286,8 @@ def test_solve_cpsat_walks_beside_its_search_and_here_without_a_second_core(monk
     """fsdp_tp with one layer at 10 s (the schedule reaches its optimum, 142.54 us, which the cut after the
     forward proves: results/cut_bounds.md): proven optimal by the cut walk beside the search; with one core
     the same schedule, the walk run at the end."""
-    from solvercast.solvers import cpsat, cuts
+    from solvercast.pipeline import portfolio as cpsat
+    from solvercast.solvers import cuts
     from solvercast.solvers.result import SolveStatus
 
     p = _fsdp_tp_one_layer()
@@ -408,7 +409,8 @@ def test_the_walk_beside_works_past_descriptor_1024_and_without_descriptors(monk
 def test_a_failed_walk_beside_is_walked_here(monkeypatch):
     """The walk beside failed (its error text set): `_bound_by_cuts` walks here in the time left, and the
     error stays in the stats."""
-    from solvercast.solvers import cpsat, cuts
+    from solvercast.pipeline import portfolio as cpsat
+    from solvercast.solvers import cuts
     from solvercast.solvers.result import SolveResult, SolveStatus
 
     def broken(*args, **kwargs):
@@ -435,7 +437,7 @@ def test_the_walk_starts_above_the_optimum_when_the_original_order_breaks_the_bu
     serial horizon. A third review's case: an original order over the budget that is faster than the optimum
     (a walk below it would stop at its first cut, proving nothing). Every walk upper is at or above the
     brute-force optimum, and on those cases the walk beside from it proves what the walk here proves."""
-    from solvercast.solvers import cpsat
+    from solvercast.pipeline import portfolio as cpsat
 
     over_and_faster = 0
     for q, best, schedule in _binding_tiny(range(80)):

@@ -59,7 +59,7 @@ def _scripted_windows(monkeypatch, seed: int, gain_makespan: int):
         gained = dataclasses.replace(hint_sim, makespan=hint_sim.makespan - gain_makespan)
         return large.SolveResult(hint, SolveStatus.FEASIBLE, gained, None, None, 0.01)
 
-    monkeypatch.setattr(large, "solve_cpsat", scripted)
+    monkeypatch.setattr(large, "solve_model", scripted)
     solve_windows(p, s, time_limit=60, window=8, per_window=0.1)
     return starts, tried
 
@@ -105,7 +105,7 @@ def test_windows_grown_to_the_whole_graph_start_over_after_a_gain(gain_at, monke
         shorter = dataclasses.replace(hint_sim, makespan=hint_sim.makespan - 1)
         return large.SolveResult(hint, SolveStatus.FEASIBLE, shorter, None, None, 0.01)
 
-    monkeypatch.setattr(large, "solve_cpsat", scripted)
+    monkeypatch.setattr(large, "solve_model", scripted)
     solve_windows(p, Schedule.original(p), time_limit=60, window=8, per_window=0.1, grow=2.0)
     grown = sizes.index(40)
     assert sorted(set(sizes[:grown + 1])) == [8, 16, 32, 40]
@@ -190,7 +190,7 @@ def test_a_window_model_keeps_the_past_and_the_future_and_never_loses(seed, stre
     """Only positions lo:hi are modelled: the tasks before keep their positions, the tasks after keep
     their order at the end, and the result is valid and no worse (makespan, then how early the shifted
     tasks start)."""
-    from solvercast.solvers.cpsat import solve_cpsat
+    from solvercast.pipeline.portfolio import solve_cpsat
 
     p = random_problem(seed, 40, compute_streams=streams, sync_overhead=3, comm_fraction=0.25)
     budget = simulate(p, Schedule.original(p)).peak_memory
@@ -215,7 +215,7 @@ def test_a_window_model_keeps_the_past_and_the_future_and_never_loses(seed, stre
 def test_left_shift_puts_the_makespan_first():
     """x(50) -> c(200) -> w -> y(1), and five 1 ns tasks issued after y: makespan 256 (they wait for
     c). Moving them before the wait gives 251, which a window over everything must find."""
-    from solvercast.solvers.cpsat import solve_cpsat
+    from solvercast.pipeline.portfolio import solve_cpsat
 
     tasks = [Task("x", Role.COMPUTE, 50), Task("c", Role.COMM, 200), Task("w", Role.WAIT, waits_for=1),
              Task("y", Role.COMPUTE, 1)] + [Task(f"a{i}", Role.COMPUTE, 1) for i in range(5)]
@@ -243,7 +243,7 @@ def test_windows_launch_collectives_sooner_and_reach_the_optimum():
 
     from solvercast import extract_problem, lower_bounds
     from solvercast.models import build
-    from solvercast.solvers.cpsat import POLISH_GROWTH
+    from solvercast.pipeline.tuning import PORTFOLIO_TUNING
 
     p = extract_problem(build("fsdp_layers", layers=2))
     budget = simulate(p, Schedule.original(p)).peak_memory
@@ -254,7 +254,7 @@ def test_windows_launch_collectives_sooner_and_reach_the_optimum():
     # as the polish runs them: 40-task windows that grow once all have been tried (since windows take
     # program positions each 40-task window ends its 0.08 units without a gain here, grown they reach the bound)
     res = solve_windows(p, hint, time_limit=5, memory_budget=budget, window=40, per_window=0.5,
-                        deadline=time.perf_counter() + 300, bound=bound, grow=POLISH_GROWTH)
+                        deadline=time.perf_counter() + 300, bound=bound, grow=PORTFOLIO_TUNING.polish_growth)
     assert not res.stats["stopped_by_wall_clock"]
     assert validate(p, res.schedule, memory_budget=budget).makespan == bound
     # at the bound nothing is shorter: no window is tried from there
@@ -283,7 +283,7 @@ def test_a_window_counts_the_outputs_made_before_it(budget, streams):
     count it, or its schedules break the budget (and are thrown away by `validate`). From the order that
     hides nothing, a window over all but g reaches the brute-force optimum: x under c when 220 B fit,
     and no overlap at 160 B."""
-    from solvercast.solvers.cpsat import solve_cpsat
+    from solvercast.pipeline.portfolio import solve_cpsat
 
     p = _output_then_overlap(streams)
     hint = Schedule(order=(0, 1, 2, 3, 4, 5, 6), streams={}, method="hint")
@@ -346,7 +346,7 @@ def test_a_view_of_the_past_is_issued_before_the_window_first_task():
     order must keep V before x, which shares V's program position (found by a reviewer: the schedule was
     issued x first and broke the budget)."""
     from solvercast import Buffer
-    from solvercast.solvers.cpsat import solve_cpsat
+    from solvercast.pipeline.portfolio import solve_cpsat
 
     tasks = (Task("a", Role.COMPUTE, 1), Task("x", Role.COMPUTE, 1), Task("coll", Role.COMM, 50),
              Task("w", Role.WAIT, waits_for=2), Task("V", Role.FREE), Task("c", Role.COMPUTE, 50))

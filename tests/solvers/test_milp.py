@@ -161,7 +161,7 @@ def test_short_time_limits_keep_a_valid_answer(backend, time_limit):
 
 
 def test_coexists_with_cpsat_and_agrees():
-    from solvercast.solvers.cpsat import solve_cpsat
+    from solvercast.pipeline.portfolio import solve_cpsat
 
     for seed in (0, 3):
         p = random_problem(seed, 9, sync_overhead=4)

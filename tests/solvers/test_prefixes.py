@@ -9,7 +9,7 @@ from solvercast.ir.bounds import lower_bounds
 from solvercast.errors import InfeasibleBudgetError, UnsupportedProblemError
 from solvercast.ir.schedule import Schedule
 from solvercast.ir.simulate import simulate, validate
-from solvercast.solvers.cpsat import solve_cpsat
+from solvercast.pipeline.portfolio import solve_cpsat
 from solvercast.solvers.prefixes import search_prefixes, solve_prefixes
 from solvercast.solvers.result import SolveStatus
 from solvercast.testing import random_problem
@@ -155,7 +155,8 @@ def _feasible(p, schedule):
 
 
 def test_the_time_the_windows_leave_proves_a_small_graphs_schedule_or_finds_the_optimum():
-    from solvercast.solvers import cpsat
+    from solvercast.pipeline import portfolio as cpsat
+    from solvercast.pipeline.tuning import PORTFOLIO_TUNING
 
     for seed in range(40):
         p = _tiny(seed)
@@ -170,23 +171,25 @@ def test_the_time_the_windows_leave_proves_a_small_graphs_schedule_or_finds_the_
     # too little time, or too many tasks: the result as it was
     assert cpsat._prove_with_prefixes(p, _feasible(p, original), 0.1, None, float("inf"), None, 0.0).status \
         == SolveStatus.FEASIBLE
-    big = random_problem(3, cpsat.PREFIX_MAX_TASKS + 40, free_fraction=0.0)
+    big = random_problem(3, PORTFOLIO_TUNING.prefix_max_tasks + 40, free_fraction=0.0)
     assert cpsat._prove_with_prefixes(big, _feasible(big, Schedule.original(big)), 5.0, None, float("inf"), None,
                                       0.0).status == SolveStatus.FEASIBLE
 
 
 def test_a_search_whose_first_tenth_predicts_too_much_returns_its_time(monkeypatch):
+    import dataclasses
+
     import solvercast.solvers.prefixes as prefixes
 
-    monkeypatch.setattr(prefixes, "PROGRESS_SECONDS", 0.0)
+    every_line = dataclasses.replace(prefixes.PREFIX_TUNING, progress_seconds=0.0)
     p = random_problem(2, 24, comm_fraction=0.2)
     p = p.with_budget(simulate(p, Schedule.original(p)).peak_memory)
     lines = []
-    whole = search_prefixes(p, progress=lines.append)
+    whole = search_prefixes(p, progress=lines.append, tuning=every_line)
     timed = sum(1 for t in p.tasks if t.role.value != "free")
     at_a_tenth = int(lines[timed // 10 - 1].split()[-2])  # expansions when a tenth of the lengths is done
     assert whole.complete and whole.expansions > 2 * at_a_tenth
-    stopped = search_prefixes(p, max_expansions=at_a_tenth * prefixes.GROWTH_AFTER_A_TENTH - 1)
+    stopped = search_prefixes(p, max_expansions=at_a_tenth * prefixes.PREFIX_TUNING.growth_after_a_tenth - 1)
     assert not stopped.complete and stopped.stats["predicted_too_long"] and stopped.expansions == at_a_tenth
     # with room for the prediction, the search goes on to its end
     assert search_prefixes(p, max_expansions=whole.expansions).makespan == whole.makespan
