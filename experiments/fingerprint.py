@@ -184,7 +184,7 @@ def solver_cases():
 def solvers(say=print) -> dict:
     from solvercast import InfeasibleBudgetError, Schedule, lower_bounds, simulate
     from solvercast.heuristics import best_heuristic
-    from solvercast.solvers.cpsat import solve_cpsat
+    from solvercast.pipeline.portfolio import solve_cpsat
     from solvercast.solvers.large import solve_placement, solve_windows
     from solvercast.solvers.milp import solve_milp
     from solvercast.testing import random_problem

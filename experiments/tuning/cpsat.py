@@ -59,6 +59,7 @@ side).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -75,8 +76,10 @@ from experiments.tuning.cases import cases
 from solvercast import InfeasibleBudgetError, Schedule, extract_problem, lower_bounds, simulate
 from solvercast.heuristics import best_heuristic
 from solvercast.models import build
+from solvercast.pipeline import portfolio
+from solvercast.pipeline.portfolio import solve_cpsat
+from solvercast.pipeline.tuning import DEFAULT_TUNING, PORTFOLIO_TUNING, Tuning
 from solvercast.solvers import cpsat, large
-from solvercast.solvers.cpsat import solve_cpsat
 from solvercast.solvers.cpsat_model import CpsatModel
 from solvercast.testing import random_problem
 
@@ -122,14 +125,26 @@ def cmd_quality(args) -> None:
 # ---------------------------------------------------------------- polish
 
 
+def slowed(tuning: Tuning, slack: float) -> Tuning:
+    """``tuning`` on a clock ``slack`` x slower: every search rate (and its clip range) divided by it, every
+    planned overhead and window's seconds multiplied, so each deterministic limit is that of the call ``slack``
+    x shorter while the wall clock gives ``slack`` x more (no part ended by the clock on shared cores)."""
+    c = tuning.cpsat
+    rates = {kind: (at / slack, per / slack) for kind, (at, per) in c.search_units_per_second.items()}
+    low, high = c.search_rate_range
+    return dataclasses.replace(
+        tuning,
+        cpsat=dataclasses.replace(c, search_units_per_second=rates, search_rate_range=(low / slack, high / slack),
+                                  overhead_seconds_per_constraint=c.overhead_seconds_per_constraint * slack),
+        windows=dataclasses.replace(tuning.windows, overhead_seconds=tuning.windows.overhead_seconds * slack),
+        portfolio=dataclasses.replace(tuning.portfolio,
+                                      polish_seconds_per_window=tuning.portfolio.polish_seconds_per_window * slack))
+
+
 def cmd_polish(args) -> None:
-    limit = cpsat.deterministic_limit
-    cpsat.deterministic_limit = lambda seconds, model: limit(seconds / args.slack, model)
-    inverse = cpsat.planned_seconds
-    cpsat.planned_seconds = lambda units, model: args.slack * inverse(units, model)
-    large.WINDOW_OVERHEAD_SECONDS *= args.slack  # TUNING: planned seconds scale with the clock
-    cpsat.WHOLE_MODEL_SHARE, cpsat.POLISH_WINDOW, cpsat.WHOLE_MODEL_UNITS = args.share, args.window, args.units  # TUNING:
-    cpsat.POLISH_SECONDS_PER_WINDOW *= args.slack  # TUNING:
+    tuning = slowed(dataclasses.replace(DEFAULT_TUNING, portfolio=dataclasses.replace(
+        PORTFOLIO_TUNING, whole_model_share=args.share, polish_window=args.window, whole_model_units=args.units)),
+        args.slack)
     for case in args.cases.split(","):
         name, layers = case.split(":")
         p = extract_problem(build(name, layers=int(layers)))
@@ -137,7 +152,7 @@ def cmd_polish(args) -> None:
         p = p.with_budget(budget)
         hint = best_heuristic(p, memory_budget=budget)
         t0 = time.perf_counter()
-        r = cpsat.solve_cpsat(p, time_limit=args.time_limit * args.slack, memory_budget=budget, hint=hint)
+        r = solve_cpsat(p, time_limit=args.time_limit * args.slack, memory_budget=budget, hint=hint, tuning=tuning)
         print(f"{name} {layers}: T {args.time_limit:g}, share {args.share}, units {args.units:g}, window {args.window}: "
               f"{r.makespan} ns {r.status.value}, bound {max(r.bound or 0, lower_bounds(p).makespan)}, "
               f"polish {r.stats.get('polish')}, ended by the wall clock {r.stats['stopped_by_wall_clock']}, "
@@ -230,12 +245,12 @@ def run(problem, budget, hint, setting: str, mult: float, seed: int, wall: float
     limit, presolve, add_hint = cpsat.deterministic_limit, cpsat.bound_presolve, CpsatModel.add_hint
     units_given = {}
 
-    def fixed_limit(seconds, model):
-        units_given["units"] = limit(10.0 * cpsat.WHOLE_MODEL_SHARE, model) * mult  # TUNING: reads WHOLE_MODEL_SHARE
+    def fixed_limit(seconds, model, tuning=cpsat.CPSAT_TUNING):
+        units_given["units"] = limit(10.0 * PORTFOLIO_TUNING.whole_model_share, model, tuning) * mult
         return units_given["units"]
 
-    def presolve_then_setting(params, units):
-        presolve(params, units)
+    def presolve_then_setting(params, units, tuning=cpsat.CPSAT_TUNING):
+        presolve(params, units, tuning)
         _apply(params, params_set)
 
     def hint_then_hook(model, schedule, sim):
@@ -276,15 +291,12 @@ def run_with_polish(problem, budget, hint, setting: str, seed: int, slack: float
     """`solve_cpsat` as a 10 s call runs it (the whole model, then windows), with ``setting`` on the whole model
     only (windows keep today's), every deterministic limit that of 10 s and the wall clock ``slack`` x longer,
     as the `polish` study does: so that on the shared cores no part is ended by the clock."""
-    from solvercast.solvers import large
-
     params_set, hook = SETTINGS[setting]
-    limit, presolve, add_hint = cpsat.deterministic_limit, cpsat.bound_presolve, CpsatModel.add_hint
-    overhead, per_window = large.WINDOW_OVERHEAD_SECONDS, cpsat.POLISH_SECONDS_PER_WINDOW  # TUNING: reads
+    presolve, add_hint = cpsat.bound_presolve, CpsatModel.add_hint
     whole = {}
 
-    def presolve_then_setting(params, units):
-        presolve(params, units)
+    def presolve_then_setting(params, units, tuning=cpsat.CPSAT_TUNING):
+        presolve(params, units, tuning)
         if whole["now"]:
             _apply(params, params_set)
 
@@ -294,16 +306,14 @@ def run_with_polish(problem, budget, hint, setting: str, seed: int, slack: float
         if hook is not None and whole["now"]:
             hook(model)
 
-    cpsat.deterministic_limit = lambda seconds, model: limit(seconds / slack, model)
     cpsat.bound_presolve, CpsatModel.add_hint = presolve_then_setting, hint_then_hook
-    large.WINDOW_OVERHEAD_SECONDS, cpsat.POLISH_SECONDS_PER_WINDOW = overhead * slack, per_window * slack  # TUNING:
     try:
         t0 = time.perf_counter()
-        res = cpsat.solve_cpsat(problem, time_limit=10.0 * slack, memory_budget=budget, hint=hint, seed=seed)
+        res = solve_cpsat(problem, time_limit=10.0 * slack, memory_budget=budget, hint=hint, seed=seed,
+                          tuning=slowed(DEFAULT_TUNING, slack))
         seconds = time.perf_counter() - t0
     finally:
-        cpsat.deterministic_limit, cpsat.bound_presolve, CpsatModel.add_hint = limit, presolve, add_hint
-        large.WINDOW_OVERHEAD_SECONDS, cpsat.POLISH_SECONDS_PER_WINDOW = overhead, per_window  # TUNING: restores
+        cpsat.bound_presolve, CpsatModel.add_hint = presolve, add_hint
     return {"makespan": res.makespan, "status": res.status.value, "raw": res.solver_status, "bound": res.bound,
             "bound_all": max(res.bound or 0, lower_bounds(problem).makespan), "warm": simulate(problem, hint).makespan,
             "units": res.stats["deterministic_limit"], "det_end": res.stats["deterministic_time"],
@@ -455,31 +465,30 @@ def timed_polish(problem, hint, budget: int, time_limit: float, seed: int = 0) -
     """`solve_cpsat` with the whole model's wall seconds and every window's planned and wall seconds."""
     windows: list[tuple[float, float]] = []
     model_wall: list[float] = []
-    solve_window, solve_model = large.solve_cpsat, cpsat.solve_model
+    solve_window, solve_model = large.solve_model, portfolio.solve_model
 
     def timed_model(*args, **kwargs):
         t0 = time.perf_counter()
         try:
             return solve_model(*args, **kwargs)
         finally:
-            if kwargs.get("window") is None:  # the whole model (windows solve through here too)
-                model_wall.append(time.perf_counter() - t0)
+            model_wall.append(time.perf_counter() - t0)
 
     def timed_window(*args, **kwargs):
         t0 = time.perf_counter()
         res = solve_window(*args, **kwargs)
-        windows.append((large.seconds_spent(res, True) + large.WINDOW_OVERHEAD_SECONDS,  # TUNING: reads
+        windows.append((large.seconds_spent(res, True) + DEFAULT_TUNING.windows.overhead_seconds,
                         time.perf_counter() - t0))
         return res
 
-    large.solve_cpsat, cpsat.solve_model = timed_window, timed_model
+    large.solve_model, portfolio.solve_model = timed_window, timed_model
     try:
         t0 = time.perf_counter()
         res = solve_cpsat(problem, time_limit=time_limit, memory_budget=budget, hint=hint, deadline=t0 + time_limit,
                           seed=seed)
         wall = time.perf_counter() - t0
     finally:
-        large.solve_cpsat, cpsat.solve_model = solve_window, solve_model
+        large.solve_model, portfolio.solve_model = solve_window, solve_model
     return res, wall, sum(model_wall), windows
 
 
@@ -567,12 +576,12 @@ def main(argv=None) -> int:
                     help="run solve_cpsat whole (model, then windows) as a 10 s call, the wall clock SLACK x longer")
     pa.add_argument("--table", default=None, help="print the runs recorded in this file as a table, and stop")
     po = sub.add_parser("polish", help="the whole model's share, units and polish window, deterministically")
-    po.add_argument("--share", type=float, default=cpsat.WHOLE_MODEL_SHARE)  # TUNING: reads
-    po.add_argument("--window", type=int, default=cpsat.POLISH_WINDOW)  # TUNING: reads
+    po.add_argument("--share", type=float, default=PORTFOLIO_TUNING.whole_model_share)
+    po.add_argument("--window", type=int, default=PORTFOLIO_TUNING.polish_window)
     po.add_argument("--time-limit", type=float, default=10.0)
     po.add_argument("--slack", type=float, default=4.0)
-    po.add_argument("--units", type=float, default=cpsat.WHOLE_MODEL_UNITS,  # TUNING: reads
-                    help="WHOLE_MODEL_UNITS (inf: no cap)")
+    po.add_argument("--units", type=float, default=PORTFOLIO_TUNING.whole_model_units,
+                    help="PortfolioTuning.whole_model_units (inf: no cap)")
     po.add_argument("--cases", default="fsdp_tp:2,fsdp_layers:4,fsdp_layers:2,simple_fsdp:2,fsdp_layers:8")
     ra = sub.add_parser("rate", help="deterministic time per CPU second of one worker (CSV)")
     ra.add_argument("--seconds", type=float, default=6.0, help="wall-clock limit of each solve")

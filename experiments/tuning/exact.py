@@ -27,7 +27,7 @@ from solvercast import Schedule, extract_problem, lower_bounds, simulate
 from solvercast.heuristics import best_heuristic
 from solvercast.ir.simulate import validate
 from solvercast.models import build
-from solvercast.solvers.cpsat import solve_cpsat
+from solvercast.pipeline.portfolio import solve_cpsat
 from solvercast.solvers.cuts import cut_bound
 from solvercast.solvers.prefixes import search_prefixes
 from solvercast.solvers.result import SolveStatus

@@ -13,45 +13,45 @@ side by side.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 from experiments.tuning.cases import cases
 from solvercast import Schedule, extract_problem, lower_bounds, simulate, validate
 from solvercast.heuristics import best_heuristic, fill_idle
 from solvercast.models import build
-from solvercast.solvers import cpsat
+from solvercast.pipeline.portfolio import solve_cpsat
+from solvercast.pipeline.tuning import DEFAULT_TUNING, PORTFOLIO_TUNING
 
 LARGER = [("fsdp_tp", {"layers": 4}), ("simple_fsdp", {"layers": 4}), ("llama_tp", {"layers": 4}),
           ("fsdp_layers", {"layers": 16}), ("fsdp_tp", {"layers": 8}), ("simple_fsdp", {"layers": 8})]
 
 
 def solve_side_by_side(time_limit: float, shares: list[float]) -> None:
-    shipped = cpsat.FILL_IDLE_SHARE  # TUNING: reads
+    shipped = PORTFOLIO_TUNING.fill_idle_share
     print(f"Shares of the limit for the moves (shipped: {shipped:g}); each cell: makespan us (moves, simulations, "
           "wall s, * where the wall clock ended the moves).\n")
     print("| case | tasks | heuristic us | " + " | ".join(f"share {x:g}" for x in shares) + " | best bound us |")
     print("|---|---|---|" + "---|" * len(shares) + "---|")
-    try:
-        for name, params in LARGER:
-            p = extract_problem(build(name, **params))
-            p = p.with_budget(max(simulate(p, Schedule.original(p)).peak_memory, lower_bounds(p).memory))
-            hint = best_heuristic(p, p.machine.memory_budget)
-            cells, bound = [], lower_bounds(p).makespan
-            for share in shares:
-                cpsat.FILL_IDLE_SHARE = share  # TUNING:
-                t0 = time.perf_counter()
-                got = cpsat.solve_cpsat(p, time_limit=time_limit, hint=hint)
-                wall = time.perf_counter() - t0
-                fills = got.stats.get("fill_idle") or {}
-                bound = max(bound, got.bound or 0)
-                cut = "*" if fills.get("stopped_by_wall_clock") else ""
-                cells.append(f"{validate(p, got.schedule).makespan / 1e3:.2f} ({fills.get('moves', '-')}, "
-                             f"{fills.get('simulations', '-')}, {wall:.1f}{cut})")
-            label = f"{name} {' '.join(f'{k}={v}' for k, v in params.items())}"
-            print(f"| {label} | {p.num_tasks} | {validate(p, hint).makespan / 1e3:.2f} | " + " | ".join(cells)
-                  + f" | {bound / 1e3:.2f} |", flush=True)
-    finally:
-        cpsat.FILL_IDLE_SHARE = shipped  # TUNING: restores
+    for name, params in LARGER:
+        p = extract_problem(build(name, **params))
+        p = p.with_budget(max(simulate(p, Schedule.original(p)).peak_memory, lower_bounds(p).memory))
+        hint = best_heuristic(p, p.machine.memory_budget)
+        cells, bound = [], lower_bounds(p).makespan
+        for share in shares:
+            tuning = dataclasses.replace(
+                DEFAULT_TUNING, portfolio=dataclasses.replace(PORTFOLIO_TUNING, fill_idle_share=share))
+            t0 = time.perf_counter()
+            got = solve_cpsat(p, time_limit=time_limit, hint=hint, tuning=tuning)
+            wall = time.perf_counter() - t0
+            fills = got.stats.get("fill_idle") or {}
+            bound = max(bound, got.bound or 0)
+            cut = "*" if fills.get("stopped_by_wall_clock") else ""
+            cells.append(f"{validate(p, got.schedule).makespan / 1e3:.2f} ({fills.get('moves', '-')}, "
+                         f"{fills.get('simulations', '-')}, {wall:.1f}{cut})")
+        label = f"{name} {' '.join(f'{k}={v}' for k, v in params.items())}"
+        print(f"| {label} | {p.num_tasks} | {validate(p, hint).makespan / 1e3:.2f} | " + " | ".join(cells)
+              + f" | {bound / 1e3:.2f} |", flush=True)
 
 
 def main() -> None:

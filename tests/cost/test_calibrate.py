@@ -318,10 +318,10 @@ def test_ranks_agree_on_one_table_and_one_schedule(two_ranks):
 
 @pytest.mark.heavy
 def test_calibrated_simulate_predicts_measured_cpu_runs(tmp_path):
-    """experiments/calibration.py: for every zoo model, the makespan simulate predicts for the original
+    """experiments/gpu/calibration.py: for every zoo model, the makespan simulate predicts for the original
     order with calibrated costs is within 15% of the module's measured run (one CPU thread, medians;
     see the script for the clock and the collectives). Can fail: it compares two measurements."""
-    import experiments.calibration as experiment
+    import experiments.gpu.calibration as experiment
 
     saved = torch.get_num_threads()
     try:

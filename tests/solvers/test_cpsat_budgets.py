@@ -101,7 +101,6 @@ def test_the_same_schedule_on_every_run(zoo_graph, monkeypatch):
     that polish the model's answer included. (The conversion is lowered so that the deterministic limit,
     about 0.08 units for the model, ends the search long before the wall clock on a busy machine.)"""
     from solvercast import extract_problem
-    from solvercast.solvers import cpsat
 
     tuning = tuned(prefix_max_tasks=0)  # the model and its windows, no prefix search
     p = at_original_peak(extract_problem(zoo_graph("fsdp_layers", layers=2)))
@@ -185,7 +184,6 @@ def test_the_whole_model_stops_at_its_units_and_leaves_the_rest_to_the_windows(z
     """Past ``whole_model_units`` the model stops even if its share of the seconds pays for more, and counts
     only the seconds those units were planned to take: the windows get the rest."""
     from solvercast import extract_problem
-    from solvercast.solvers import cpsat
 
     tuning = dataclasses.replace(DEFAULT_TUNING, portfolio=dataclasses.replace(
         PORTFOLIO_TUNING, whole_model_units=0.05, prefix_max_tasks=0))  # the model and its windows, no prefix search
@@ -225,11 +223,11 @@ def test_a_makespan_at_the_bound_ends_the_solve_before_the_windows(monkeypatch):
 
 
 def test_the_parameter_harness_leaves_the_solver_as_it_found_it():
-    """experiments/cpsat_params.py (results/cpsat_params.md) swaps `solve_model`'s limit, parameters, hint and
+    """experiments/tuning/cpsat.py params (results/cpsat_params.md) swaps `solve_model`'s limit, parameters, hint and
     callback for one run: afterwards they are the solver's own again, and a setting run twice (a decision
     strategy, which adds to the model) gives the same schedule at the same deterministic time, within its
     deterministic limit and never worse than the warm start."""
-    from experiments import cpsat_params
+    from experiments.tuning import cpsat as cpsat_params
 
     from solvercast.solvers import cpsat
 
@@ -254,7 +252,6 @@ def test_the_windows_result_has_no_stall_a_later_task_could_fill(zoo_graph, monk
     exact windows follow CP-SAT's: they reach the optimum here.)"""
     from solvercast import extract_problem
     from solvercast.heuristics import fill_idle
-    from solvercast.solvers import cpsat
 
     tuning = tuned(windows_rate=0.25, prefix_max_tasks=0)  # the model and its windows, no prefix search
     tuning = dataclasses.replace(tuning, portfolio=dataclasses.replace(tuning.portfolio, late_exact_share=0.0))
@@ -272,7 +269,6 @@ def test_exact_windows_after_cp_sats_start_at_its_stalls(zoo_graph, monkeypatch)
     129.92 us, which the lowered CP-SAT conversion does not): the result valid, never worse, the same on a
     second run."""
     from solvercast import extract_problem
-    from solvercast.solvers import cpsat
 
     tuning = tuned(windows_rate=0.25, prefix_max_tasks=0)
     p = at_original_peak(extract_problem(zoo_graph("fsdp_layers", layers=2)))
