@@ -449,7 +449,7 @@ def time_calls(calls: Mapping[str, tuple[Callable, tuple, dict]], device: torch.
     in the running module (experiments/results/calibration_hot.md; 13-27% in an earlier run). ``mode``: a context (e.g. a
     TorchDispatchMode) every call runs under, as the program predicted does. ``after_round(r)`` runs
     after round ``r`` (warm-up rounds included): a measurement taken there sees the same machine load
-    as the op timings (experiments/calibration.py times the module so)."""
+    as the op timings (experiments/gpu/calibration.py times the module so)."""
     tick = CLOCKS[clock]
     samples: dict[str, list[float]] = {k: [] for k in calls}
     for r in range(warmup + max(1, repeats)):

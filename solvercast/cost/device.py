@@ -186,7 +186,7 @@ def get_profile(device: Union[str, DeviceProfile]) -> DeviceProfile:
 # Occupancy is ``tiles / num_sms`` (matmuls) or ``threads / (num_sms * threads_per_sm)`` (elementwise),
 # so a profile's ``num_sms`` scales every occupancy alike: the fit chooses the ``num_sms`` under which
 # the rule predicts the measured pairs best. ``sync_overhead`` is the measured cost of one event record
-# + wait. experiments/stream_microbench.py measures the rows on a GPU.
+# + wait. experiments/gpu/streams.py microbench measures the rows on a GPU.
 
 
 @dataclass(frozen=True)

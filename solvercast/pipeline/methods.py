@@ -1,7 +1,7 @@
 """The method registry: every way solvercast can schedule a problem, in one table.
 
 `optimize` (its ``method`` check and its dispatch), the CLI (``--method`` help), `run_heuristics` /
-`best_heuristic` (which heuristics run, and their tie-break order) and `experiments/sweep.py` (its
+`best_heuristic` (which heuristics run, and their tie-break order) and `experiments/benchmarks/sweep.py` (its
 methods) all read `REGISTRY`: adding a heuristic or a solver is one entry here.
 
 The heuristics' own entries come from their table (`solvercast.heuristics.registry`): adding a heuristic
@@ -41,7 +41,7 @@ class Method:
     description: str  # one line, for the CLI's help
     run: Callable | None  # None only for "auto", which `optimize` resolves to another solver by graph size
     selectable: bool = True  # offered on its own by `optimize(method=...)` and the CLI
-    swept: bool = True  # in `experiments/sweep.py`'s methods (auto and the reduced models are not compared there)
+    swept: bool = True  # in `experiments/benchmarks/sweep.py`'s methods (auto and the reduced models are not compared there)
     needs_hint: bool = False  # a solver that keeps parts of a heuristic schedule: no hint, no answer
 
 

@@ -49,7 +49,7 @@ class PrefixTuning:
     """How the prefix search counts its time and when it gives up; vary with `dataclasses.replace`."""
 
     #: expansions (a prefix extended by one task) per second on the 2-core machines: the conversion of seconds
-    #: to the counted limit (`experiments/prefix_search.py`, results/prefix_search.md)
+    #: to the counted limit (`experiments/tuning/exact.py prefixes`, results/prefix_search.md)
     expansions_per_second: int = 30_000
     #: a progress line this often at most
     progress_seconds: float = 1.0

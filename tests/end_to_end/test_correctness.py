@@ -1,5 +1,5 @@
 """Correct on every graph (issue 14): each failure class a fuzzer found, as a test, plus a small
-standing fuzz profile (`solvercast.testing.fuzz`; the large one is experiments/fuzz.py)."""
+standing fuzz profile (`solvercast.testing.fuzz`; the large one is experiments/benchmarks/fuzz.py)."""
 
 import math
 
@@ -144,13 +144,13 @@ def test_solvercast_pass_checks_its_options_and_keys_cost_fn_by_code():
 
 
 # derandomize: the same 40 programs on every run, so CI judges the code, not the draw (the large
-# profile, experiments/fuzz.py, covers 2,000 more)
+# profile, experiments/benchmarks/fuzz.py, covers 2,000 more)
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10**6))
 def test_standing_fuzz_profile(seed):
     """Random FX programs (solvercast.testing.fuzz): a result or a SolvercastError, the same values on real
     inputs, within the report's budget and the lowered module (anchors included) within it, the same
-    lowered program on a repeat call. The large profile: experiments/fuzz.py."""
+    lowered program on a repeat call. The large profile: experiments/benchmarks/fuzz.py."""
     from solvercast.testing.fuzz import Case, check_optimize
 
     outcome, why = check_optimize(Case.draw(seed))

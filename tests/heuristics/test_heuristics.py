@@ -461,7 +461,7 @@ def test_iterative_swap_move_cap():
     assert len(moves) == 5
 
 
-# ---- speed (a smoke check; experiments/heuristics_speed.py measures) --------------------------------
+# ---- speed (a smoke check; experiments/tuning/heuristics.py speed measures) --------------------------------
 
 def test_large_graph_is_fast_enough():
     import time
