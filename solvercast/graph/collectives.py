@@ -76,6 +76,7 @@ class CollectiveKind:
     * ``wire_bytes(in_bytes, out_bytes, group_size)``: ``N`` of the model
       for one node, from its input and output bytes.
     * ``seconds(n, p, profile)``: alpha-beta time for a group of ``p >= 2``.
+    * ``label``: its short name on a picture's bars (``AG``); the name itself when empty.
     """
 
     name: str
@@ -86,6 +87,7 @@ class CollectiveKind:
     # name -> (argument it writes, argument it reads). Their schemas declare no alias; they are
     # synchronous in the graph (no separate wait).
     legacy: tuple[tuple[str, str, str], ...] = ()
+    label: str = ""
 
 
 def _input_bytes(in_bytes: int, out_bytes: int, group_size: int) -> int:
@@ -123,19 +125,20 @@ def _chain(n: float, p: int, profile: Links) -> float:
 REGISTRY: tuple[CollectiveKind, ...] = (
     CollectiveKind("all_reduce", ("all_reduce", "all_reduce_", "all_reduce_coalesced", "all_reduce_coalesced_"),
                    _input_bytes, _all_reduce,
-                   legacy=(("allreduce_", "tensors", "tensors"), ("allreduce_coalesced_", "tensors", "tensors"))),
+                   legacy=(("allreduce_", "tensors", "tensors"), ("allreduce_coalesced_", "tensors", "tensors")),
+                   label="AR"),
     CollectiveKind("all_gather", ("all_gather_into_tensor", "all_gather_into_tensor_out",
                                   "all_gather_into_tensor_coalesced"), _gathered_bytes, _ring,
                    legacy=(("_allgather_base_", "output_tensor", "input_tensor"),
-                           ("allgather_", "output_tensors", "input_tensors"))),
+                           ("allgather_", "output_tensors", "input_tensors")), label="AG"),
     CollectiveKind("reduce_scatter", ("reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"),
                    _input_bytes, _ring,
                    legacy=(("_reduce_scatter_base_", "output_tensor", "input_tensor"),
-                           ("reduce_scatter_", "output_tensors", "input_tensors"))),
+                           ("reduce_scatter_", "output_tensors", "input_tensors")), label="RS"),
     CollectiveKind("all_to_all", ("all_to_all_single",), _larger_side_bytes, _ring,
-                   legacy=(("alltoall_base_", "output", "input"),)),
+                   legacy=(("alltoall_base_", "output", "input"),), label="A2A"),
     CollectiveKind("broadcast", ("broadcast", "broadcast_"), _input_bytes, _chain,
-                   legacy=(("broadcast_", "tensors", "tensors"),)),
+                   legacy=(("broadcast_", "tensors", "tensors"),), label="BC"),
 )
 
 #: Point-to-point ops and barriers of ``torch.ops.c10d``: ordering fences for communication (a

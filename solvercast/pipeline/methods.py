@@ -1,11 +1,9 @@
 """The method registry: every way solvercast can schedule a problem, in one table.
 
-`optimize` (its ``method`` check and its dispatch), the CLI (``--method`` help), `run_heuristics` /
-`best_heuristic` (which heuristics run, and their tie-break order) and `experiments/benchmarks/sweep.py` (its
-methods) all read `REGISTRY`: adding a heuristic or a solver is one entry here.
-
-The heuristics' own entries come from their table (`solvercast.heuristics.registry`): adding a heuristic
-is one entry there.
+`optimize` (its ``method`` check and its dispatch), the CLI (``--method`` help) and
+`experiments/benchmarks/sweep.py` (its methods) all read `REGISTRY`: adding a solver is one entry here.
+The heuristics' entries come from their own table (`solvercast.heuristics.registry`, which `best_heuristic`
+runs in its tie-break order): adding a heuristic is one entry there.
 """
 
 from __future__ import annotations

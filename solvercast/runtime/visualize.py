@@ -77,9 +77,8 @@ _COLORS = {Role.COMPUTE: "#4c72b0", Role.COMM: "#dd8452", Role.WAIT: "#c44e52"}
 _LABEL_CHARS_WIDTH = 0.0075  # share of the time axis one label character takes at the figure's width
 
 
-_KIND_LABELS = {"all_reduce": "AR", "all_gather": "AG", "reduce_scatter": "RS", "all_to_all": "A2A", "broadcast": "BC"}
 #: every op name of every collective kind (functional, coalesced, legacy c10d) -> its kind's short label
-_SHORT_COLLECTIVES = {op: _KIND_LABELS[kind.name] for kind in COLLECTIVE_KINDS
+_SHORT_COLLECTIVES = {op: kind.label or kind.name for kind in COLLECTIVE_KINDS
                       for op in kind.ops + tuple(legacy[0] for legacy in kind.legacy)}
 
 
