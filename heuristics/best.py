@@ -36,8 +36,7 @@ PORTFOLIO = {
 }
 #: the kind of pass each heuristic starts with: it is run only when the budget pays for one, and a judging
 #: simulation
-_FIRST_PASS = {"comm_priority": "comm_pass", "raise_comms": "comm_pass", "sink_waits": "comm_pass",
-               "list": "list_pass", "nondelay": "nondelay_pass"}
+_FIRST_PASS = {m.name: m.first_pass for m in SCHEDULERS if not m.original}
 
 
 @gc_paused()  # the passes allocate a tuple or more per task: collections would walk the caller's heap (its FX graph)
