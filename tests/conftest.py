@@ -7,7 +7,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def zoo_graph():
-    """``zoo_graph(name, **params)``: `solvercast.models.build`, each graph traced once per session
+    """``zoo_graph(name, **params)``: `solvercast.models.build`, each graph traced once per test run
     (tests must not mutate the module they get)."""
     from solvercast.models import build
 

@@ -168,11 +168,13 @@ def test_error_classes_live_in_errors():
     assert not elsewhere, "\n".join(elsewhere)
 
 
-@pytest.mark.parametrize("folder", ["solvercast", "heuristics", "models"])
+@pytest.mark.parametrize("folder", ["solvercast", "heuristics", "models", "tests", "experiments"])
 def test_comments_speak_of_the_code(folder):
     said = []
     for path in sorted((ROOT / folder).rglob("*.py")):
+        if path == Path(__file__):  # its own pattern names the words
+            continue
         for number, line in enumerate(path.read_text().splitlines(), 1):
-            if HISTORY_WORDS.search(line):
+            if HISTORY_WORDS.search(line.replace('scope="session"', "")):  # pytest's fixture scope
                 said.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not said, "\n".join(said)

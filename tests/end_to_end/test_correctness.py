@@ -1,4 +1,4 @@
-"""Correct on every graph (issue 14): each failure class a fuzzer found, as a test, plus a small
+"""Correct on every graph: each failure class a fuzzer found, as a test, plus a small
 standing fuzz profile (`solvercast.testing.fuzz`; the large one is experiments/benchmarks/fuzz.py)."""
 
 import math

@@ -183,7 +183,7 @@ def check_lowered(gm, low, problem, schedule) -> None:
 
 def test_anchor_schemas_declare_aliases():
     """wait_and_bind returns an alias of its input; a record token aliases nothing (it must not keep
-    its tensor alive: issue 14, class 4). Both survive dead-code elimination."""
+    its tensor alive: the fuzzer's class 4). Both survive dead-code elimination."""
     schema = ops.wait_and_bind._schema
     x = schema.arguments[0]
     assert x.alias_info is not None and not x.alias_info.is_write

@@ -1,4 +1,4 @@
-"""The time limit as a plan (issue 17): the heuristics' deterministic work budget, the plan's arithmetic,
+"""The time limit as a plan: the heuristics' deterministic work budget, the plan's arithmetic,
 and `optimize`'s accounting. Nothing here is timed: each test checks counted work or the plan."""
 
 import json

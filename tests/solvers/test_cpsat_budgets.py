@@ -1,4 +1,4 @@
-"""CP-SAT under binding memory budgets (issue 16): the position model, the warm start as first solution,
+"""CP-SAT under binding memory budgets: the position model, the warm start as first solution,
 proofs on PyTorch's reordering-test shapes, the same schedule on every run.
 
 Every claim is checked by `validate` and against an independent answer (brute force on small versions
@@ -52,7 +52,7 @@ def test_small_shapes_match_brute_force_at_budget_one(shape):
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_shapes_are_proven_optimal_at_budget_one(shape):
     """Full size (25-26 tasks): proven optimal from the best heuristic, within a small deterministic
-    effort (the program-time model of before proved two of the five in 10 s, issue 16), and never
+    effort (the program-time model of before proved two of the five in 10 s), and never
     worse than the heuristic. The model alone: `solve_cpsat` asks the prefix search first on graphs this
     small (tests/solvers/test_prefixes.py checks that both agree)."""
     p = at_original_peak(SHAPES[shape]())

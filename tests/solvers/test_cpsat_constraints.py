@@ -166,7 +166,7 @@ def test_every_stream_is_idle_after_the_makespan():
     """a(10), b(10), two compute streams: every NoOverlap and the occupancy cumulative hold the interval
     [makespan, horizon + 1), in the shape CP-SAT 9.15's linear relaxation takes for a makespan (end fixed
     at the largest end, size at least 1, demand equal to the capacity); without it CP-SAT computes a full
-    transitive closure of the precedences that ignores every time limit (issue 16, item 1)."""
+    transitive closure of the precedences that ignores every time limit."""
     model = CpsatModel(two_independent(streams=2), HORIZON, None)
     model.add_variables()
     model.add_constraints()
@@ -185,7 +185,7 @@ def test_every_stream_is_idle_after_the_makespan():
     assert has_solution(two_independent(streams=2, occupancy=0.5), fixes(on_0_0=1, on_1_1=1, start_0=0, start_1=0))
 
 
-# ---- several streams: collectives issued at one instant (a review's three reproductions) --------------
+# ---- several streams: collectives issued at one instant (three reproductions) --------------
 
 def _tied_sync_and_async():
     """A synchronous comm op s (50, the lower id) on the comm stream and an asynchronous collective c launched

@@ -193,7 +193,7 @@ def test_the_cut_proof_agrees_with_the_exact_search_on_fsdp_tp_one_layer():
 
 
 def test_no_cut_before_a_synchronous_collective_of_another_comm_stream():
-    """Found by a review: a synchronous collective s of another process group (its own comm stream) starts when
+    """A synchronous collective s of another process group (its own comm stream) starts when
     its input x (5 ns, issued before c in the optimum, not in every order) is ready; the relaxation runs x after
     the prefix (a0, 100 ns), so cut at c it ended at 305 against the optimum's 205 and 'proved' 206. Such cuts
     are not made; on c's own stream, or with s on the compute stream only, they are."""
@@ -302,7 +302,7 @@ def test_solve_cpsat_walks_beside_its_search_and_here_without_a_second_core(monk
 
 
 def test_a_caller_late_to_read_still_gets_the_proof():
-    """Found by a review: the walk proves in milliseconds, the caller reads after the deadline (its windows
+    """The walk proves in milliseconds, the caller reads after the deadline (its windows
     ran into the wall cap): what the child sent is read, not dropped."""
     proven = 0
     for q, best, _ in _binding_tiny(range(0, 40, 3)):
@@ -316,7 +316,7 @@ def test_a_caller_late_to_read_still_gets_the_proof():
 
 
 def test_no_walk_beside_where_fork_fails_or_the_environment_says_so(monkeypatch):
-    """A fork that fails (ENOMEM, EAGAIN: found by a review, it escaped solve_cpsat): no walk beside, then
+    """A fork that fails (ENOMEM, EAGAIN: it once escaped solve_cpsat): no walk beside, then
     or later in the process (a failed fork leaves multiprocessing's four pipe ends open: no more leak after
     the first); SOLVERCAST_CUT_WALK_BESIDE=0: none either. The caller walks itself."""
     import errno
@@ -346,7 +346,7 @@ def test_no_walk_beside_where_fork_fails_or_the_environment_says_so(monkeypatch)
 
 
 def test_a_full_pipe_never_stops_the_walk(monkeypatch):
-    """Found by a review: the parent reads only when its search is done, so a walk with more better bounds
+    """The parent reads only when its search is done, so a walk with more better bounds
     than the pipe holds (about 300) blocked in its send. Run in a thread here, never read until it ends: it
     ends, and its last word is there."""
     import multiprocessing
@@ -375,7 +375,7 @@ def test_a_full_pipe_never_stops_the_walk(monkeypatch):
 
 
 def test_the_walk_beside_works_past_descriptor_1024_and_without_descriptors(monkeypatch):
-    """Found by a review: `select` refuses descriptors past 1024 (a training job with many files open), so the
+    """`select` refuses descriptors past 1024 (a training job with many files open), so the
     child's first report raised and the walk was lost; and a process out of descriptors raised out of
     `start`. Past 1024 the walk beside gives the bound the walk here does; with none left, no walk beside."""
     import errno
@@ -434,7 +434,7 @@ def test_a_failed_walk_beside_is_walked_here(monkeypatch):
 
 def test_the_walk_starts_above_the_optimum_when_the_original_order_breaks_the_budget():
     """`cpsat._walk_upper`: the original order's makespan when it holds the budget (and a hint's), else the
-    serial horizon. A third review's case: an original order over the budget that is faster than the optimum
+    serial horizon. The case: an original order over the budget that is faster than the optimum
     (a walk below it would stop at its first cut, proving nothing). Every walk upper is at or above the
     brute-force optimum, and on those cases the walk beside from it proves what the walk here proves."""
     from solvercast.pipeline import portfolio as cpsat

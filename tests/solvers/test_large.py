@@ -343,7 +343,7 @@ def test_a_window_under_a_budget_takes_program_positions():
 def test_a_view_of_the_past_is_issued_before_the_window_first_task():
     """a makes B (100 B), read only through the view V; x makes X (100 B) for an async collective. In the
     window after a, V frees B: the model puts V right after a, so B and X never coexist (budget 150). Its
-    order must keep V before x, which shares V's program position (found by a reviewer: the schedule was
+    order must keep V before x, which shares V's program position (the schedule was
     issued x first and broke the budget)."""
     from solvercast import Buffer
     from solvercast.pipeline.portfolio import solve_cpsat
