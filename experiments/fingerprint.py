@@ -35,12 +35,13 @@ that differ are reported but do not fail the comparison (they change when `PASS_
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import sys
 import time
 from pathlib import Path
+
+from experiments.common import below_commands, command_line, zoo_graphs
 
 HERE = Path(__file__).resolve().parent
 
@@ -239,17 +240,9 @@ def solvers(say=print) -> dict:
 # ---------------------------------------------------------------- heuristics
 
 
-HEURISTIC_GRAPHS = [
-    ("tp_mlp", {"layers": 4}),
-    ("tp_block", {"layers": 2}),
-    ("sp_block", {"layers": 4}),
-    ("fsdp_layers", {"layers": 4}),
-    ("fsdp_layers", {"layers": 16}),
-    ("moe_block", {"layers": 2}),
-    ("synthetic", {"tasks": 300, "seed": 1}),
-    ("synthetic", {"tasks": 1000, "seed": 1}),
-    ("synthetic", {"tasks": 3000, "seed": 2}),
-]
+HEURISTIC_GRAPHS = zoo_graphs("tp_mlp layers=4; tp_block layers=2; sp_block layers=4; fsdp_layers layers=4; "
+                              "fsdp_layers layers=16; moe_block layers=2; synthetic tasks=300 seed=1; "
+                              "synthetic tasks=1000 seed=1; synthetic tasks=3000 seed=2")
 HEURISTIC_RANDOM = [(0, 1000, 5)]  # random_problem(seed, tasks, sync_overhead=...)
 
 
@@ -387,11 +380,9 @@ FILES = {"behaviour": "fp.json", "solvers": "sfp.json", "heuristics": "hid.json"
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m experiments.fingerprint", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Does a change keep solvercast's answers? Records fingerprints of them (JSON) and compares "
-                    "them with a base recorded before the change; writes only the files named by --out.\n\n"
-                    + __doc__.split("\n\n", 2)[2])
+    """Does a change keep solvercast's answers? Records fingerprints of them (JSON) and compares them with a base
+    recorded before the change; writes only the files named by --out."""
+    ap = command_line("experiments.fingerprint", main.__doc__, below_commands(__doc__))
     sub = ap.add_subparsers(dest="part", required=True)
     for part, help_ in (("behaviour", "extraction, bounds, heuristics, lowering, optimize without a solver"),
                         ("solvers", "CP-SAT and the MILP on small problems (deterministic limits)"),

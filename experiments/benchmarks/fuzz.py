@@ -11,12 +11,13 @@ refusals by error type, and every failure (with the case, to rerun it) to ``--ou
 
 from __future__ import annotations
 
-import argparse
 import collections
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+from experiments.common import command_line
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -36,11 +37,9 @@ def run_case(seed: int) -> tuple[int, str, str, list[str]]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m experiments.benchmarks.fuzz", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Does optimize hold up on random FX programs? Writes the counts, refusals and failures to "
-                    "--out (default experiments/results/fuzz.md; the hand-written sections below the counts are "
-                    "kept).\n\n" + __doc__)
+    """Does optimize hold up on random FX programs? Writes the counts, refusals and failures to --out (default
+    experiments/results/fuzz.md; the hand-written sections below the counts are kept)."""
+    ap = command_line("experiments.benchmarks.fuzz", main.__doc__, __doc__)
     ap.add_argument("--cases", type=int, default=2000)
     ap.add_argument("--first", type=int, default=0)
     ap.add_argument("--workers", type=int, default=2)

@@ -31,7 +31,6 @@ task: the figures the time plan's constants (solvercast/pipeline/time_plan.py) c
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import shlex
@@ -41,6 +40,7 @@ import time
 import ortools
 import torch
 
+from experiments.common import below_commands, command_line
 import solvercast.cost.roofline as roofline
 from solvercast import optimize, simulate
 from solvercast.errors import InfeasibleBudgetError
@@ -201,11 +201,9 @@ def cmd_fixed_costs(args) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m experiments.benchmarks.scale", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="How does optimize scale with the graph's size, and does its time limit hold? Tables to "
-                    "stdout (results: experiments/results/scale.md, time_limit.md, real_size.md).\n\n"
-                    + __doc__.split("\n\n", 2)[2])
+    """How does optimize scale with the graph's size, and does its time limit hold? Tables to stdout (results:
+    experiments/results/scale.md, time_limit.md, real_size.md)."""
+    ap = command_line("experiments.benchmarks.scale", main.__doc__, below_commands(__doc__))
     sub = ap.add_subparsers(dest="cmd", required=True)
     sc = sub.add_parser("scale", help="quality and phase times on 1k-10k-task graphs")
     sc.add_argument("--time-limit", type=float, default=60.0)

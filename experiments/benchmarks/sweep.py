@@ -61,7 +61,6 @@ Config (JSON)::
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -76,6 +75,7 @@ from solvercast.pipeline import methods as registry
 
 from experiments.benchmarks import method_summary
 from experiments.benchmarks.method_summary import method_column
+from experiments.common import command_line
 
 #: the experiments package (experiments/), which a Ray job carries to its workers
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -767,12 +767,11 @@ def summarize(csv_path: str, out_dir: str, title: str | None = None) -> Path:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(
-        prog="python -m experiments.benchmarks.sweep", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="How do the solver, the heuristics and PyTorch's overlap scheduler compare over a grid of "
-                    "graphs, budgets, time limits and streams? `run` appends one row per run to a CSV "
-                    "(experiments/results/<config>.csv), `summarize` writes <csv stem>.md and PNG plots beside "
-                    "it in --out, `compare` diffs two CSVs of one grid. Configs: experiments/configs/.")
+    """How do the solver, the heuristics and PyTorch's overlap scheduler compare over a grid of graphs, budgets, time
+    limits and streams? `run` appends one row per run to a CSV (experiments/results/<config>.csv), `summarize` writes
+    <csv stem>.md and PNG plots beside it in --out, `compare` diffs two CSVs of one grid. Configs:
+    experiments/configs/."""
+    ap = command_line("experiments.benchmarks.sweep", main.__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run (or resume) a sweep")
     r.add_argument("config")

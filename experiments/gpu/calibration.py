@@ -36,13 +36,14 @@ tensors); the "wall" column is then the host's wall time of the run, launch over
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from experiments.common import command_line
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 LIMIT = 0.15
@@ -132,6 +133,20 @@ def check_model(name: str, params: dict, trials: int, runs: int, hot: bool = Fal
             "threads": torch.get_num_threads()}
 
 
+def model_table(rows: list[dict], measured: str, digits: int, ok: bool) -> list[str]:
+    """The report's table of models (times in ms with ``digits`` decimals; ``measured``: the device of the
+    measured column), then the check's verdict and a blank line."""
+    lines = [f"| model | params | tasks | predicted (ms) | measured {measured} (ms) | error | trial errors | wall (ms) "
+             "| comm (ms) |", "|---|---|---:|---:|---:|---:|---|---:|---:|"]
+    for r in rows:
+        params = ",".join(f"{k}={v}" for k, v in r["params"].items() if k not in ("world_size", "dtype"))
+        trial = " ".join(f"{e:+.1%}" for e in r["trial_errors"])
+        ms = {k: f"{r[k] * 1e3:.{digits}f}" for k in ("predicted", "measured", "wall", "comm")}
+        lines.append(f"| {r['model']} | {params} | {r['tasks']} | {ms['predicted']} | {ms['measured']} | "
+                     f"{r['error']:+.1%} | {trial} | {ms['wall']} | {ms['comm']} |")
+    return lines + ["", f"Check (|error| <= {LIMIT:.0%} for every model): {'passed' if ok else 'FAILED'}.", ""]
+
+
 def write(rows: list[dict], out: Path, command: str, trials: int, runs: int, hot: bool, load: tuple,
           device: str = "cpu") -> None:
     ok = all(abs(r["error"]) <= LIMIT for r in rows)
@@ -154,16 +169,8 @@ def write(rows: list[dict], out: Path, command: str, trials: int, runs: int, hot
         "measured time on the comm stream, sync overhead 0 (`simulate` may overlap them with compute, which "
         "one CPU thread cannot: at most the `comm` column).",
         "",
-        "| model | params | tasks | predicted (ms) | measured CPU (ms) | error | trial errors | wall (ms) | comm (ms) |",
-        "|---|---|---:|---:|---:|---:|---|---:|---:|",
+        *model_table(rows, "CPU", 2, ok),
     ]
-    for r in rows:
-        params = ",".join(f"{k}={v}" for k, v in r["params"].items() if k not in ("world_size", "dtype"))
-        trial = " ".join(f"{e:+.1%}" for e in r["trial_errors"])
-        lines.append(f"| {r['model']} | {params} | {r['tasks']} | {r['predicted'] * 1e3:.2f} | "
-                     f"{r['measured'] * 1e3:.2f} | {r['error']:+.1%} | {trial} | {r['wall'] * 1e3:.2f} | "
-                     f"{r['comm'] * 1e3:.2f} |")
-    lines += ["", f"Check (|error| <= {LIMIT:.0%} for every model): {'passed' if ok else 'FAILED'}.", ""]
     lines += ["Each op is timed right after an untimed call of itself (`--hot`, as a loop timing one op does): its "
               "code and data are hot, and the prediction falls below the run." if hot else
               "Ops are timed in rounds over all distinct ops in program order; timing each op right after itself "
@@ -185,28 +192,19 @@ def write_cuda(rows: list[dict], out: Path, command: str, trials: int, runs: int
         "local stand-ins inline); the error is the median of the trials' errors, the other figures medians over "
         "the trials. Wall: the host's time of a run, launch overhead included.",
         "",
-        "| model | params | tasks | predicted (ms) | measured CUDA (ms) | error | trial errors | wall (ms) | comm (ms) |",
-        "|---|---|---:|---:|---:|---:|---|---:|---:|",
+        *model_table(rows, "CUDA", 3, ok),
     ]
-    for r in rows:
-        params = ",".join(f"{k}={v}" for k, v in r["params"].items() if k not in ("world_size", "dtype"))
-        trial = " ".join(f"{e:+.1%}" for e in r["trial_errors"])
-        lines.append(f"| {r['model']} | {params} | {r['tasks']} | {r['predicted'] * 1e3:.3f} | "
-                     f"{r['measured'] * 1e3:.3f} | {r['error']:+.1%} | {trial} | {r['wall'] * 1e3:.3f} | "
-                     f"{r['comm'] * 1e3:.3f} |")
-    lines += ["", f"Check (|error| <= {LIMIT:.0%} for every model): {'passed' if ok else 'FAILED'}.", ""]
     lines += [f"- {r['model']}: {r['coverage']}" for r in rows]
     out.write_text("\n".join(lines) + "\n")
 
 
 def main(argv=None) -> int:
+    """Does simulate, with calibrated costs, predict the measured run of each zoo model? Writes
+    experiments/results/calibration.md (calibration_hot.md with --hot, calibration_cuda.md with --device cuda); exit 1
+    when an error exceeds 15%."""
     import torch
 
-    ap = argparse.ArgumentParser(
-        prog="python -m experiments.gpu.calibration", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Does simulate, with calibrated costs, predict the measured run of each zoo model? Writes "
-                    "experiments/results/calibration.md (calibration_hot.md with --hot, calibration_cuda.md with "
-                    "--device cuda); exit 1 when an error exceeds 15%.\n\n" + __doc__)
+    ap = command_line("experiments.gpu.calibration", main.__doc__, __doc__)
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--runs", type=int, default=11)
     ap.add_argument("--models", default=None, help="comma-separated subset (default: every model)")

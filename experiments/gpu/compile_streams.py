@@ -13,11 +13,11 @@ and two matmuls too small to fill the GPU.
 
 from __future__ import annotations
 
-import argparse
 from unittest import mock
 
 import torch
 
+from experiments.common import command_line
 from solvercast import SolvercastPass
 from solvercast.runtime.measure import cuda_median_ns
 
@@ -42,11 +42,9 @@ CASES = {
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(
-        prog="python -m experiments.gpu.compile_streams", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Does torch.compile with solvercast's streams give eager's values, and does a second stream "
-                    "pay? Table to stdout (experiments/results/compile_streams_h100.md). Needs CUDA.\n\n"
-                    + __doc__)
+    """Does torch.compile with solvercast's streams give eager's values, and does a second stream pay? Table to stdout
+    (experiments/results/compile_streams_h100.md). Needs CUDA."""
+    ap = command_line("experiments.gpu.compile_streams", main.__doc__, __doc__)
     ap.add_argument("--iters", type=int, default=50, help="timed calls per variant (CUDA events, median)")
     ap.add_argument("--time-limit", type=float, default=5.0, help="SolvercastPass's time limit per graph")
     args = ap.parse_args(argv)

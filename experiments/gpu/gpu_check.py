@@ -27,7 +27,6 @@ nothing.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import subprocess
@@ -35,6 +34,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from experiments.common import command_line
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "experiments" / "results"
@@ -109,12 +110,11 @@ def run_part(part: Part, out: Path, seconds: float) -> tuple[str, float]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m experiments.gpu.gpu_check", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Run every GPU measurement the project owes (gpu_overlap, the stream micro-benchmarks, "
-                    "lowered schedules on streams, torch.compile with several streams, calibration on CUDA) in "
-                    "under 8 minutes; tables in experiments/results/<part>_<gpu>.md, a summary in "
-                    "experiments/results/gpu_check_<gpu>.md. Without CUDA: a message, exit 0.\n\n" + __doc__)
+    """Run every GPU measurement the project owes (gpu_overlap, the stream micro-benchmarks, lowered schedules on
+    streams, torch.compile with several streams, calibration on CUDA) in under 8 minutes; tables in
+    experiments/results/<part>_<gpu>.md, a summary in experiments/results/gpu_check_<gpu>.md. Without CUDA: a message,
+    exit 0."""
+    ap = command_line("experiments.gpu.gpu_check", main.__doc__, __doc__)
     ap.add_argument("--budget", type=float, default=BUDGET_S, help="seconds for all parts (default %(default)g)")
     ap.add_argument("--only", default=None, help="comma-separated parts: " + ",".join(p.name for p in PARTS))
     ap.add_argument("--out-dir", default=str(RESULTS), help="where the tables go (default experiments/results)")

@@ -38,7 +38,6 @@ streams cannot overlap each other there, so the CPU cost model gives every compu
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import statistics
@@ -48,6 +47,7 @@ import time
 import torch
 
 from experiments.benchmarks.torch_overlap import torch_overlap_schedule, unavailable_reason
+from experiments.common import command_line
 from solvercast import Schedule, optimize, simulate
 from solvercast.cost.device import H100
 from solvercast.cost.model import AnalyticCostModel
@@ -133,11 +133,9 @@ def schedules(gm, cost_model, time_limit: float):
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(
-        prog="python -m experiments.gpu.gpu_overlap", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Does simulate predict the measured step time and peak when collectives really run "
-                    "asynchronously? Table to stdout (experiments/results/gpu_overlap_h100.md on CUDA, "
-                    "gpu_overlap.md for the CPU stand-in).\n\n" + __doc__)
+    """Does simulate predict the measured step time and peak when collectives really run asynchronously? Table to stdout
+    (experiments/results/gpu_overlap_h100.md on CUDA, gpu_overlap.md for the CPU stand-in)."""
+    ap = command_line("experiments.gpu.gpu_overlap", main.__doc__, __doc__)
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--sizes", choices=sorted(SIZES), default=None)
     ap.add_argument("--cost", choices=("calibrate", "analytic"), default="calibrate")

@@ -47,7 +47,6 @@ experiments/gpu/gpu_overlap.py (`solvercast.runtime.measure`); this script stays
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import statistics
@@ -56,6 +55,7 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from experiments.common import command_line
 from solvercast import optimize
 from solvercast.cost.device import EventRow, StreamPairRow, fit_stream_parameters, get_profile, pair_prediction
 from solvercast.cost.roofline import occupancy
@@ -289,13 +289,11 @@ def lowered(args) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m experiments.gpu.streams", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Do several CUDA streams behave as the device model says? `microbench`: two kernels on two "
-                    "streams and event costs, and the fit of num_sms / sync_overhead "
-                    "(experiments/results/stream_microbench_h100.md); `lowered`: optimized schedules run on the "
-                    "GPU, values, peak and step time (experiments/results/gpu_streams.md). Tables go to stdout. "
-                    "Needs CUDA.")
+    """Do several CUDA streams behave as the device model says? `microbench`: two kernels on two streams and event
+    costs, and the fit of num_sms / sync_overhead (experiments/results/stream_microbench_h100.md); `lowered`: optimized
+    schedules run on the GPU, values, peak and step time (experiments/results/gpu_streams.md). Tables go to stdout.
+    Needs CUDA."""
+    ap = command_line("experiments.gpu.streams", main.__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("microbench", help="stream pairs, event costs, and the device model's fit")
     m.add_argument("--profile", default="h100")

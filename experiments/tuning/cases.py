@@ -3,31 +3,18 @@
 
 from __future__ import annotations
 
+from experiments.common import zoo_graphs
 from solvercast import Schedule, extract_problem, lower_bounds, simulate
 from solvercast.models import build
 # the hand-built problems in the shapes of PyTorch's comm-reordering tests, shared with the tests
 from tests.support.shapes import SHAPES
 
-ZOO = [
-    ("tp_mlp", {"layers": 8}),
-    ("tp_block", {"layers": 3}),
-    ("sp_block", {"layers": 3}),
-    ("fsdp_layers", {"layers": 2}),
-    ("fsdp_layers", {"layers": 4}),
-    ("fsdp_layers", {"layers": 8}),
-    ("moe_block", {"layers": 4}),
-    ("synthetic", {"tasks": 150, "seed": 1}),
-    ("synthetic", {"tasks": 300, "seed": 2}),
-    ("simple_fsdp", {"layers": 2}),
-    ("fsdp_tp", {"layers": 2}),
-    # the real-machinery models' other shapes up to ~300 tasks: one layer, the forward graphs, llama_tp
-    ("simple_fsdp", {"layers": 1}),
-    ("fsdp_tp", {"layers": 1}),
-    ("llama_tp", {"layers": 2}),
-    ("simple_fsdp", {"layers": 3, "backward": 0}),
-    ("fsdp_tp", {"layers": 3, "backward": 0}),
-    ("llama_tp", {"layers": 3, "backward": 0}),
-]
+ZOO = zoo_graphs("tp_mlp layers=8; tp_block layers=3; sp_block layers=3; fsdp_layers layers=2; fsdp_layers layers=4; "
+                 "fsdp_layers layers=8; moe_block layers=4; synthetic tasks=150 seed=1; synthetic tasks=300 seed=2; "
+                 "simple_fsdp layers=2; fsdp_tp layers=2; "
+                 # the real-machinery models' other shapes up to ~300 tasks: one layer, the forward graphs, llama_tp
+                 "simple_fsdp layers=1; fsdp_tp layers=1; llama_tp layers=2; simple_fsdp layers=3 backward=0; "
+                 "fsdp_tp layers=3 backward=0; llama_tp layers=3 backward=0")
 
 
 def label_of(name: str, params: dict) -> str:

@@ -58,7 +58,6 @@ side).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -72,6 +71,7 @@ import ortools
 import torch
 from ortools.sat.python import cp_model
 
+from experiments.common import below_commands, command_line
 from experiments.tuning.cases import cases
 from solvercast import InfeasibleBudgetError, Schedule, extract_problem, lower_bounds, simulate
 from solvercast.heuristics import best_heuristic
@@ -552,12 +552,10 @@ def cmd_long(args) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m experiments.tuning.cpsat", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="What do CP-SAT's answers and tuning values give? Studies behind solvers/cpsat.py's rates, "
-                    "parameters, shares and polish; each prints its table to stdout (results: "
-                    "experiments/results/cpsat_quality.md, cpsat_params.md, cpsat_budgets.md, cpsat_rate_*.csv, "
-                    "long_solve.md).\n\n" + __doc__.split("\n\n", 2)[2])
+    """What do CP-SAT's answers and tuning values give? Studies behind solvers/cpsat.py's rates, parameters, shares and
+    polish; each prints its table to stdout (results: experiments/results/cpsat_quality.md, cpsat_params.md,
+    cpsat_budgets.md, cpsat_rate_*.csv, long_solve.md)."""
+    ap = command_line("experiments.tuning.cpsat", main.__doc__, below_commands(__doc__))
     sub = ap.add_subparsers(dest="cmd", required=True)
     q = sub.add_parser("quality", help="CP-SAT under a budget on the reordering shapes and zoo graphs (markdown)")
     q.add_argument("--time-limit", type=float, default=10.0)

@@ -19,9 +19,9 @@ gaps are the schedule's over `lower_bounds` and over the cut bound.
 
 from __future__ import annotations
 
-import argparse
 import time
 
+from experiments.common import below_commands, command_line, names, print_table_head
 from experiments.tuning.cases import SHAPES
 from solvercast import Schedule, extract_problem, lower_bounds, simulate
 from solvercast.heuristics import best_heuristic
@@ -46,11 +46,10 @@ def problem_of(name: str, params: dict | None):
     return p.with_budget(budget)
 
 def cmd_prefixes(args) -> None:
-    only = set(filter(None, args.only.split(",")))
-    print(f"# prefix search, budget 1.0, solve_cpsat at {args.time_limit:g} s\n")
-    print("| graph | tasks (timed) | bound | heuristic | cpsat (status, s) | optimum | search s | expansions "
-          "| cpsat above optimum |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    only = names(args.only)
+    print_table_head(f"# prefix search, budget 1.0, solve_cpsat at {args.time_limit:g} s",
+                     ["graph", "tasks (timed)", "bound", "heuristic", "cpsat (status, s)", "optimum", "search s",
+                      "expansions", "cpsat above optimum"])
     for name, params in PREFIX_GRAPHS:
         label = name if params is None else f"{name} {params['layers']}"
         if only and name not in only:
@@ -84,11 +83,11 @@ CUT_GRAPHS = [("fsdp_tp", 1), ("simple_fsdp", 1), ("fsdp_layers", 2), ("fsdp_tp"
 
 
 def cmd_cuts(args) -> None:
-    only = set(filter(None, args.only.split(",")))
-    print(f"# cut bounds, budget 1.0, solve_cpsat at {args.time_limit:g} s, walk of {args.expansions} expansions\n")
-    print("| graph | tasks | lower_bounds us | solve_cpsat us (status, bound, wall s) | cut bound us (cut) | proven "
-          "| expansions | s | gap over lower_bounds | gap over the cut bound |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    only = names(args.only)
+    print_table_head(f"# cut bounds, budget 1.0, solve_cpsat at {args.time_limit:g} s, walk of {args.expansions} "
+                     "expansions", ["graph", "tasks", "lower_bounds us", "solve_cpsat us (status, bound, wall s)",
+                                    "cut bound us (cut)", "proven", "expansions", "s", "gap over lower_bounds",
+                                    "gap over the cut bound"])
     for name, layers in CUT_GRAPHS:
         if only and f"{name}:{layers}" not in only:
             continue
@@ -107,11 +106,9 @@ def cmd_cuts(args) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m experiments.tuning.exact", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="What do the exact prefix search and the cut bounds prove, at what cost, and how far does "
-                    "CP-SAT stay from them? Markdown tables to stdout (results: experiments/results/"
-                    "prefix_search.md, cut_bounds.md).\n\n" + __doc__.split("\n\n", 2)[2])
+    """What do the exact prefix search and the cut bounds prove, at what cost, and how far does CP-SAT stay from them?
+    Markdown tables to stdout (results: experiments/results/prefix_search.md, cut_bounds.md)."""
+    ap = command_line("experiments.tuning.exact", main.__doc__, below_commands(__doc__))
     sub = ap.add_subparsers(dest="cmd", required=True)
     pr = sub.add_parser("prefixes", help="the prefix search's optima against solve_cpsat")
     pr.add_argument("--time-limit", type=float, default=10.0, help="solve_cpsat's limit, seconds")

@@ -12,10 +12,10 @@ side by side.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import time
 
+from experiments.common import command_line
 from experiments.tuning.cases import cases
 from solvercast import Schedule, extract_problem, lower_bounds, simulate, validate
 from solvercast.heuristics import best_heuristic, fill_idle
@@ -55,11 +55,9 @@ def solve_side_by_side(time_limit: float, shares: list[float]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m experiments.tuning.fill_idle", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="What do moves into the default stream's stalls gain, and what share of the limit should they "
-                    "get (FILL_IDLE_SHARE)? Tables to stdout (results: experiments/results/fill_idle.md).\n\n"
-                    + __doc__)
+    """What do moves into the default stream's stalls gain, and what share of the limit should they get
+    (FILL_IDLE_SHARE)? Tables to stdout (results: experiments/results/fill_idle.md)."""
+    parser = command_line("experiments.tuning.fill_idle", main.__doc__, __doc__)
     parser.add_argument("--only", help="cases whose label contains this")
     parser.add_argument("--solve", action="store_true", help="solve_cpsat with and without the moves, larger graphs")
     parser.add_argument("--time-limit", type=float, default=10.0, help="solve_cpsat's limit, seconds (--solve)")

@@ -45,6 +45,7 @@ from collections import defaultdict
 from pathlib import Path
 
 # public names only at the top: `compare`'s worker imports this module on a base commit's code too
+from experiments.common import below_commands, command_line, zoo_graphs
 from solvercast import Schedule, lower_bounds, simulate, validate
 from solvercast.heuristics import (best_heuristic, budget_bytes, comm_priority_schedule, iterative_swap,
                                    list_schedule, nondelay_schedule)
@@ -56,16 +57,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # ---------------------------------------------------------------- portfolio
 
 
-GRAPHS = [
-    ("fsdp_layers", {"layers": 4}),
-    ("fsdp_layers", {"layers": 16}),
-    ("tp_block", {"layers": 4}),
-    ("sp_block", {"layers": 4}),
-    ("moe_block", {"layers": 2}),
-    ("synthetic", {"tasks": 1000, "seed": 1}),
-    ("synthetic", {"tasks": 3000, "seed": 2}),
-    ("synthetic", {"tasks": 10000, "seed": 1}),
-]
+GRAPHS = zoo_graphs("fsdp_layers layers=4; fsdp_layers layers=16; tp_block layers=4; sp_block layers=4; "
+                    "moe_block layers=2; synthetic tasks=1000 seed=1; synthetic tasks=3000 seed=2; "
+                    "synthetic tasks=10000 seed=1")
 
 
 def measure(problem, fn):
@@ -320,12 +314,10 @@ def cmd_compare(args, argv) -> int:
 
 
 def main(argv=None) -> int:
+    """What does each heuristic cost and bring, and how fast is the portfolio? Tables to stdout (results:
+    experiments/results/heuristic_portfolio.md, heuristics_speed.md)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(
-        prog="python -m experiments.tuning.heuristics", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="What does each heuristic cost and bring, and how fast is the portfolio? Tables to stdout "
-                    "(results: experiments/results/heuristic_portfolio.md, heuristics_speed.md).\n\n"
-                    + __doc__.split("\n\n", 2)[2])
+    ap = command_line("experiments.tuning.heuristics", main.__doc__, below_commands(__doc__))
     sub = ap.add_subparsers(dest="cmd", required=True)
     po = sub.add_parser("portfolio", help="work, wall time and quality of every heuristic alone (markdown)")
     po.add_argument("--streams", default="1,2")

@@ -1,0 +1,42 @@
+"""What the experiment scripts share: their command lines, the graphs they name, and their markdown tables.
+Standard library only: `tuning/heuristics.py compare`'s worker imports the scripts on a base commit's code too."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def command_line(module: str, question: str, doc: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``python -m <module>``. Its description: ``question`` (what the command answers and where
+    its results go: the docstring of the script's ``main``) as one paragraph, its lines joined, then ``doc``
+    (the module's docstring, or the part of it below the commands) after a blank line, as written."""
+    question = " ".join(question.split())
+    return argparse.ArgumentParser(prog=f"python -m {module}", formatter_class=argparse.RawDescriptionHelpFormatter,
+                                   description=question if doc is None else f"{question}\n\n{doc}")
+
+
+def below_commands(doc: str) -> str:
+    """A module docstring without its first paragraph (the summary) and the second (its command lines)."""
+    return doc.split("\n\n", 2)[2]
+
+
+def names(csv: str) -> set[str]:
+    """The names of a comma-separated option (empty: none)."""
+    return set(filter(None, csv.split(",")))
+
+
+def zoo_graphs(spec: str) -> list[tuple[str, dict]]:
+    """Zoo graphs as ``(name, build's parameters)`` from ``"tp_mlp layers=8; synthetic tasks=150 seed=1"``:
+    entries split by ``;``, each a model name and its integer parameters, in the order written."""
+    out = []
+    for entry in filter(None, (e.strip() for e in spec.split(";"))):
+        name, *params = entry.split()
+        out.append((name, {k: int(v) for k, v in (p.split("=") for p in params)}))
+    return out
+
+
+def print_table_head(title: str, columns: list[str]) -> None:
+    """A markdown table's title (and a blank line), its header row and its separator, to stdout."""
+    print(f"{title}\n")
+    print("| " + " | ".join(columns) + " |")
+    print("|---" * len(columns) + "|")
