@@ -20,7 +20,7 @@ solve's deadline, as in `optimize`; "wall cap" marks a solve that deadline ended
 ``params``: CP-SAT search settings on the whole-graph model under a binding budget, compared in deterministic
 time. Each row (zoo graph, budget 1.0 x its original peak, warm start `best_heuristic`) is solved by
 `solve_model` (the whole-graph model of `solve_cpsat`, no windows after it) at a fixed deterministic limit:
-``mult`` x the limit a 10 s solve gives its model (`deterministic_limit(10 * WHOLE_MODEL_SHARE, model)`), with
+``mult`` x the limit a 10 s solve gives its model (`deterministic_limit(10 * whole_model_share, model)`), with
 a wall cap of ``--wall`` s that should never end a run (``wall_ended`` says when it did). A setting is a set
 of CP-SAT parameters applied after the shipped ones (`bound_presolve`), and optionally a decision strategy added
 to the model. Each run records: the simulated makespan of the answer, CP-SAT's bound, the status, the
@@ -32,8 +32,8 @@ there; ``--polish SLACK`` runs `solve_cpsat` whole (model, then windows) instead
 ``polish``: whole-graph CP-SAT with windows after the model (`solve_cpsat`'s polish), compared
 deterministically: each solve gets the deterministic limits of a ``--time-limit`` solve and ``--slack`` times
 that on the wall clock, so that on shared cores no run is ended by the clock and the figures are those of a
-quiet machine. ``--share``: WHOLE_MODEL_SHARE (``--share 1``: the model alone, no time left for windows);
-``--units``: WHOLE_MODEL_UNITS (``inf``: the model's share uncapped); ``--window``: POLISH_WINDOW.
+quiet machine. ``--share``: `PortfolioTuning.whole_model_share` (``--share 1``: the model alone, no time left for windows);
+``--units``: `whole_model_units` (``inf``: the model's share uncapped); ``--window``: `polish_window`.
 
 ``rate``: CP-SAT deterministic time per CPU second, one worker, on solves that do not finish (for
 solvers/cpsat.py `search_rate` and `deterministic_limit`): per case the model's size (variables, Booleans,
@@ -45,7 +45,7 @@ cores make wall 1-4x CPU. CSV.
 ``plan``: how much of its limit a polished CP-SAT solve uses, and whether it gives the same schedule every
 run. `solve_cpsat` plans its time in deterministic units (the same on every rank): the whole model's units and
 each window's are converted to seconds by predicted rates (solvers/cpsat.py `planned_seconds`, large.py
-`seconds_spent` and WINDOW_OVERHEAD_SECONDS). Per case (budget 1.0, the heuristic's warm start, the limit also
+`seconds_spent` and `WindowTuning.overhead_seconds`). Per case (budget 1.0, the heuristic's warm start, the limit also
 the deadline, as `optimize` gives it) and run: the seconds the plan counted for the model and for the windows
 against the wall seconds they took, the call's wall seconds as a share of the limit, whether the wall clock
 ended any search ("cap": then the schedule may differ between runs), the makespan and a hash of the schedule.

@@ -6,7 +6,7 @@
 Per case, budget 1.0 (the larger of the original order's peak and the memory bound), one compute stream:
 the best heuristic, then `fill_idle` on it: makespans, moves kept, simulations, seconds; every schedule
 checked by `validate`. With ``--solve``: on larger graphs (300-1,150 tasks), `solve_cpsat` as `optimize`
-runs it, with the moves after its windows given each of ``--shares`` of the limit (FILL_IDLE_SHARE; 0: none),
+runs it, with the moves after its windows given each of ``--shares`` of the limit (`PortfolioTuning.fill_idle_share`; 0: none),
 side by side.
 """
 
@@ -56,12 +56,12 @@ def solve_side_by_side(time_limit: float, shares: list[float]) -> None:
 
 def main() -> None:
     """What do moves into the default stream's stalls gain, and what share of the limit should they get
-    (FILL_IDLE_SHARE)? Tables to stdout (results: experiments/results/fill_idle.md)."""
+    (`PortfolioTuning.fill_idle_share`)? Tables to stdout (results: experiments/results/fill_idle.md)."""
     parser = command_line("experiments.tuning.fill_idle", main.__doc__, __doc__)
     parser.add_argument("--only", help="cases whose label contains this")
     parser.add_argument("--solve", action="store_true", help="solve_cpsat with and without the moves, larger graphs")
     parser.add_argument("--time-limit", type=float, default=10.0, help="solve_cpsat's limit, seconds (--solve)")
-    parser.add_argument("--shares", default="0,0.15", help="FILL_IDLE_SHARE values side by side (--solve)")
+    parser.add_argument("--shares", default="0,0.15", help="fill_idle_share values side by side (--solve)")
     args = parser.parse_args()
     if args.solve:
         solve_side_by_side(args.time_limit, [float(x) for x in args.shares.split(",")])
