@@ -7,7 +7,7 @@ from experiments.common import zoo_graphs
 from solvercast import Schedule, extract_problem, lower_bounds, simulate
 from solvercast.models import build
 # the hand-built problems in the shapes of PyTorch's comm-reordering tests, shared with the tests
-from tests.support.shapes import SHAPES
+from solvercast.testing.shapes import SHAPES
 
 ZOO = zoo_graphs("tp_mlp layers=8; tp_block layers=3; sp_block layers=3; fsdp_layers layers=2; fsdp_layers layers=4; "
                  "fsdp_layers layers=8; moe_block layers=4; synthetic tasks=150 seed=1; synthetic tasks=300 seed=2; "

@@ -10,7 +10,7 @@ of the limit, polish windows) buy, each a subcommand writing a table (markdown, 
     python -m experiments.tuning.cpsat plan --time-limit 10 --repeat 2      # results/cpsat_budgets.md
     python -m experiments.tuning.cpsat long --tasks 1000 --workers 16 --time-limit 300   # results/long_solve.md
 
-``quality``: CP-SAT under a memory budget on PyTorch's reordering-test shapes (tests/support/shapes.py) and zoo
+``quality``: CP-SAT under a memory budget on PyTorch's reordering-test shapes (solvercast/testing/shapes.py) and zoo
 graphs up to ~300 tasks. Per case: original, best heuristic, CP-SAT (warm-started from it), best bound (max of
 CP-SAT's own and lower_bounds), gap, status, wall and CPU seconds of the solve (CPU / time limit: the share of
 the limit a solve that does not finish early uses on an idle core), CP-SAT deterministic time. Everything judged

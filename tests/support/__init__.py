@@ -4,8 +4,8 @@
 * `brute_force`, `topological_orders`, `collective_order_ok` (oracle.py): every topological order and
   stream assignment of a tiny problem, judged by simulate; `reference_times`: the timing rules written
   plainly, the engine's check;
-* `SHAPES`, `ProblemBuilder` (shapes.py): small hand-built Problems in the shapes of PyTorch's own
-  comm-reordering tests;
+* `SHAPES`, `ProblemBuilder` (`solvercast.testing.shapes`, which the tuning studies use too): small
+  hand-built Problems in the shapes of PyTorch's own comm-reordering tests;
 * `collective_graph` (graphs.py): every functional collective of one group, traced on fake tensors;
 * `SCRIPTS`: the folder of the scripts tests run in fresh processes (scripts/: calibration_workers.py,
   legacy_c10d_case.py, legacy_group_case.py), run by path, never imported.
@@ -15,9 +15,9 @@ Fixtures are in tests/conftest.py.
 
 from pathlib import Path
 
+from solvercast.testing.shapes import SHAPES, ProblemBuilder
 from tests.support.graphs import collective_graph
 from tests.support.oracle import brute_force, collective_order_ok, reference_times, topological_orders
-from tests.support.shapes import SHAPES, ProblemBuilder
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
