@@ -1,6 +1,6 @@
 """Seeded random Problems, built directly (no FX), and random topological orders, for tests and
-experiments (random FX programs: `solvercast.testing.fuzz`; running FX graphs on one process:
-`solvercast.graph.local_run`)."""
+experiments; hand-built problems in the shapes of PyTorch's reordering tests: `solvercast.testing.shapes`;
+random FX programs: `solvercast.testing.fuzz` (running FX graphs on one process: `solvercast.graph.local_run`)."""
 
 from __future__ import annotations
 
