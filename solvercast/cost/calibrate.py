@@ -5,7 +5,10 @@ collective timings, and make every rank schedule with the same table.
   arguments for every op, then times each distinct compute op once per `op_key` (op, shapes, dtypes,
   strides of its tensor arguments) with warm-up and repeats, and returns a `MeasuredCostModel` for
   `extract_problem(cost_model=...)` / `optimize(cost_model=...)`. Timings are cached on disk per
-  device name and torch version (`cache_path`), so a second call on the same ops runs nothing.
+  device name and torch version (`cache_path`), each with its spread and the load it was taken under
+  (`Timing`). A later call trusts the cache only after timing a few of its ops again (`CacheTrust`): a
+  cache written while the machine was busy is measured anew, as is any entry whose median ran well
+  above its fastest run; ``refresh=True`` re-times everything.
 * `MeasuredCostModel`: the `solvercast.cost.model.CostModel` that answers from a table of measured seconds
   per `op_key` and from measured collective rows (`CollectiveRows`, interpolated between measured
   sizes), and asks its ``base`` (the analytic model) for everything else. `fallbacks` lists the
@@ -32,6 +35,7 @@ import re
 import statistics
 import time
 import types
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Optional
 
@@ -47,7 +51,8 @@ from solvercast.graph.fxmeta import bound_args, hint_int, node_val, op_target
 from solvercast.graph.nodes import NodeKind, classify, costs_nothing
 
 __all__ = [
-    "CACHE_ENV", "CLOCKS", "CollectiveRow", "CollectiveRows", "MeasuredCostModel", "PROFILER_DTYPE_NAMES",
+    "CACHE_ENV", "CLOCKS", "CacheTrust", "CollectiveRow", "CollectiveRows", "MeasuredCostModel", "PROFILER_DTYPE_NAMES",
+    "Timing",
     "agree_on_rows", "agree_on_table", "cache_path", "calibrate", "carried_free_nodes", "device_name", "fit_link_parameters",
     "measure_collectives", "node_op_key", "op_key", "ranks_in", "time_calls",
 ]
@@ -216,6 +221,8 @@ class MeasuredCostModel:
     new_measurements: int = dataclasses.field(default=0, compare=False)
     default_group_size: int = 8
     charge_free_ops: bool = False
+    #: per op key, how and when it was measured (calibration): the report says how old and noisy the costs are
+    timings: Mapping[str, Timing] = dataclasses.field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "seconds", _frozen(self.seconds))
@@ -276,7 +283,26 @@ class MeasuredCostModel:
         comm = [n.name for n in priced if classify(n).kind is NodeKind.COLLECTIVE]
         comm_measured = sum(1 for name in comm if name not in missing)
         return (f"measured costs ({self.source}): {len(priced) - len(missing)} of {len(priced)} priced ops "
-                f"measured ({comm_measured} of {len(comm)} collectives); {len(missing)} fell back to the model")
+                f"measured ({comm_measured} of {len(comm)} collectives); {len(missing)} fell back to the model"
+                + self._age_and_noise())
+
+    def _age_and_noise(self) -> str:
+        """``; taken 3 min-2.1 h ago, median up to 1.2 x the fastest call, load 0.4-1.9`` (what is known)."""
+        if not self.timings:
+            return ""
+        ages = [time.time() - t.at for t in self.timings.values() if t.at is not None]
+        noise = max((t.median / t.low for t in self.timings.values() if t.low > 0), default=1.0)
+        loads = [t.load for t in self.timings.values() if t.load is not None]
+        said = [f"taken {_ago(min(ages))}-{_ago(max(ages))} ago" if ages else "taken at an unrecorded time",
+                f"median up to {noise:.2f} x the fastest call"]
+        if loads:
+            said.append(f"load {min(loads):.1f}-{max(loads):.1f}")
+        return "; " + ", ".join(said)
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
 def _is_priced(node: fx.Node) -> bool:
@@ -359,22 +385,73 @@ def cache_path(device: torch.device, cache_dir: Optional[str] = None) -> str:
     return os.path.join(root, f"calibration-{slug}.json")
 
 
-def _load_cache(path: str) -> dict[str, float]:
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """One op's measurement: the median, fastest and slowest of its timed calls (seconds), the host's
+    one-minute load average while it was taken, and when (Unix seconds). A cache written before these
+    were kept holds the median alone (``low == high == median``, no load, no time)."""
+
+    median: float
+    low: float
+    high: float
+    load: Optional[float] = None
+    at: Optional[float] = None
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @staticmethod
+    def from_json(v: Any) -> "Timing":
+        if isinstance(v, (int, float)):
+            return Timing(float(v), float(v), float(v))
+        return Timing(float(v["median"]), float(v["low"]), float(v["high"]), v.get("load"), v.get("at"))
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheTrust:
+    """When `calibrate` trusts a cached timing (experiments/results/calibration.md: a cache written while the
+    machine was busy predicted a step 91% too long; measured afresh, within 2%)."""
+
+    #: an entry whose median ran this many times its fastest call was taken on a busy machine: re-measured
+    noisy_median_over_min: float = 1.5
+    #: ... unless its median is below this: a few-microsecond op jitters that much on a quiet machine too, and
+    #: weighs little in a step
+    noise_floor_seconds: float = 20e-6
+    #: cached ops of the graph timed again before the cache is trusted (the slowest ones above the noise floor:
+    #: they weigh most, and their timings are steady enough to compare)
+    check_ops: int = 5
+    #: ... each with this many timed calls (after one warm-up): a bounded cost, a few ms on the zoo's ops
+    check_repeats: int = 3
+    #: the sample's median ratio (now / cached) outside [1 / (1 + this), 1 + this]: the cache is measured anew
+    check_tolerance: float = 0.3
+
+    def noisy(self, t: Timing) -> bool:
+        return t.median >= self.noise_floor_seconds and t.median > self.noisy_median_over_min * t.low
+
+
+def _load_cache(path: str) -> dict[str, Timing]:
     try:
         with open(path) as f:
             data = json.load(f)
     except (OSError, ValueError):
         return {}
-    return {str(k): float(v) for k, v in data.get("ops", {}).items()}
+    return {str(k): Timing.from_json(v) for k, v in data.get("ops", {}).items()}
 
 
-def _save_cache(path: str, device: torch.device, table: Mapping[str, float]) -> None:
+def _save_cache(path: str, device: torch.device, table: Mapping[str, Timing]) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
-        json.dump({"device": device_name(device), "torch": torch.__version__, "ops": dict(sorted(table.items()))},
-                  f, indent=1)
+        json.dump({"device": device_name(device), "torch": torch.__version__,
+                   "ops": {k: t.to_json() for k, t in sorted(table.items())}}, f, indent=1)
     os.replace(tmp, path)  # atomic: ranks sharing a directory never read half a file
+
+
+def _load_average() -> Optional[float]:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on every platform
+        return None
 
 
 class _ArgumentCapture(fx.Interpreter):
@@ -440,7 +517,8 @@ def _time_once(fn: Callable, args: tuple, kwargs: dict, device: torch.device, mo
 
 def time_calls(calls: Mapping[str, tuple[Callable, tuple, dict]], device: torch.device, warmup: int = 3,
                repeats: int = 11, mode: Optional[Callable[[], Any]] = None, clock: str = "wall",
-               after_round: Optional[Callable[[int], Any]] = None, hot: bool = False) -> dict[str, float]:
+               after_round: Optional[Callable[[int], Any]] = None, hot: bool = False,
+               spread: Optional[dict[str, tuple[float, float]]] = None) -> dict[str, float]:
     """key -> median seconds of its call ``fn(*args, **kwargs)`` over ``repeats`` rounds after
     ``warmup`` rounds. A round calls every entry once, in the order given (the program's), so that a
     call finds the caches as the other ops left them, as in the program. ``hot=True`` precedes each
@@ -449,7 +527,8 @@ def time_calls(calls: Mapping[str, tuple[Callable, tuple, dict]], device: torch.
     in the running module (experiments/results/calibration_hot.md; 13-27% in an earlier run). ``mode``: a context (e.g. a
     TorchDispatchMode) every call runs under, as the program predicted does. ``after_round(r)`` runs
     after round ``r`` (warm-up rounds included): a measurement taken there sees the same machine load
-    as the op timings (experiments/gpu/calibration.py times the module so)."""
+    as the op timings (experiments/gpu/calibration.py times the module so). ``spread``, when given,
+    receives each key's fastest and slowest timed call."""
     tick = CLOCKS[clock]
     samples: dict[str, list[float]] = {k: [] for k in calls}
     for r in range(warmup + max(1, repeats)):
@@ -461,6 +540,8 @@ def time_calls(calls: Mapping[str, tuple[Callable, tuple, dict]], device: torch.
                 samples[key].append(seconds)
         if after_round is not None:
             after_round(r)
+    if spread is not None:
+        spread.update({k: (min(v), max(v)) for k, v in samples.items()})
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
@@ -493,6 +574,8 @@ def calibrate(
     group: Any = None,
     agree: bool = True,
     seed: int = 0,
+    refresh: bool = False,
+    trust: CacheTrust = CacheTrust(),
 ) -> MeasuredCostModel:
     """Measure ``gm``'s ops on ``device`` (None: CUDA when available, else CPU) and return a
     `MeasuredCostModel` for `extract_problem` / `optimize`.
@@ -501,7 +584,10 @@ def calibrate(
     median of ``repeats``, in rounds over all of them (`time_calls`), on the arguments it gets when
     ``gm`` runs on random inputs
     (`solvercast.graph.local_run.random_inputs`). Timings are read from and added to the cache
-    (`cache_path`); when every key is cached, nothing runs. Collectives are priced by ``collectives``
+    (`cache_path`), each with its spread and load (`Timing`). A cached entry is used only if it was not
+    noisy and a sample of the graph's cached ops, timed again, agrees with the cache (``trust``; a
+    sample that disagrees warns and measures every op of the graph anew); ``refresh`` re-times every op.
+    When every key is cached and the sample agrees, only the sample runs. Collectives are priced by ``collectives``
     (measured rows, e.g. `measure_collectives`) and else by ``base`` (default: the analytic H100
     model), unless ``mode`` is given: then every op, collectives included, is timed inside ``mode()``
     (e.g. `solvercast.graph.local_run.LocalCollectives`, when the program predicted runs under it). On CPU
@@ -530,30 +616,56 @@ def calibrate(
     cache = _load_cache(path)
     cpu = dev.type == "cpu"
     wanted = {n: k + suffix for n, k in _timed_nodes(gm, with_collectives=mode is not None, with_free=cpu).items()}
-    missing = {k for k in wanted.values() if k not in cache}
-    timed: dict[str, float] = {}
-    if missing:
-        capture = _ArgumentCapture(gm, {n: k for n, k in wanted.items() if k in missing})
-        inputs = random_inputs(gm, seed=seed, device=str(dev))
+    keys = set(wanted.values())
+    missing = set(keys) if refresh else {k for k in keys if k not in cache or trust.noisy(cache[k])}
+    # the slowest trusted entries above the noise floor, timed again before the cache is believed
+    weighty = sorted((k for k in keys - missing if cache[k].median >= trust.noise_floor_seconds),
+                     key=lambda k: (-cache[k].median, k))
+    sample = set() if refresh else set(weighty[: trust.check_ops])
+
+    def captured(these: set[str]) -> dict:
+        """The calls of ``these`` keys, with the arguments they get when ``gm`` runs (graph order)."""
+        capture = _ArgumentCapture(gm, {n: k for n, k in wanted.items() if k in these})
         try:
             with torch.no_grad():
-                capture.run(*inputs)
+                capture.run(*random_inputs(gm, seed=seed, device=str(dev)))
         except Exception as e:
             raise ExtractionError(f"calibrate: the graph does not run on real {dev} inputs: "
                                   f"{type(e).__name__}: {e}") from e
+        return capture.captured
+
+    def timed_now(calls: dict, warm: int, reps: int, hook) -> dict[str, Timing]:
+        spread: dict[str, tuple[float, float]] = {}
         with torch.no_grad():
-            timed = time_calls(capture.captured, dev, warmup, repeats, mode, clock, after_round, hot)  # graph order
-        del capture
+            medians = time_calls(calls, dev, warm, reps, mode, clock, hook, hot, spread=spread)
+        load, now = _load_average(), time.time()
+        return {k: Timing(m, *spread.get(k, (m, m)), load, now) for k, m in medians.items()}
+
+    calls = captured(missing | sample) if missing or sample else {}
+    if sample:
+        again = timed_now({k: calls[k] for k in sample}, 1, trust.check_repeats, None)
+        ratio = statistics.median(again[k].median / cache[k].median if cache[k].median > 0 else 1.0 for k in sample)
+        if not 1 / (1 + trust.check_tolerance) <= ratio <= 1 + trust.check_tolerance:
+            warnings.warn(f"calibrate: {len(sample)} cached ops timed again ran {ratio:.2f} x their cached times "
+                          f"(tolerance {trust.check_tolerance:g}): the cache at {path} was taken under other "
+                          "conditions; measuring every op of this graph anew", stacklevel=2)
+            missing = set(keys)
+            calls = {**calls, **captured(missing - set(calls))}
+    timed: dict[str, Timing] = {}
+    if missing:
+        timed = timed_now({k: c for k, c in calls.items() if k in missing}, warmup, repeats, after_round)
+    del calls
     table = {**cache, **timed}
     if agree:  # this graph's ops only: the cache may hold every op this device ever timed
-        table.update(agree_on_table({k: table[k] for k in set(wanted.values())}, group))
+        medians = agree_on_table({k: table[k].median for k in keys}, group)
+        table.update({k: dataclasses.replace(table[k], median=m) for k, m in medians.items() if m != table[k].median})
     if table != cache:
         _save_cache(path, dev, table)
-    ops = {k[: len(k) - len(suffix)] if suffix else k: table[k] for k in set(wanted.values())}
-    return MeasuredCostModel(base=base, seconds=ops, collectives=collectives,
+    strip = (lambda k: k[: len(k) - len(suffix)]) if suffix else (lambda k: k)
+    return MeasuredCostModel(base=base, seconds={strip(k): table[k].median for k in keys}, collectives=collectives,
                              sync_overhead_seconds=0.0 if cpu else None, charge_free_ops=cpu,
                              source=f"calibrated on {device_name(dev)}, torch {torch.__version__}{suffix}",
-                             new_measurements=len(timed))
+                             new_measurements=len(timed), timings={strip(k): table[k] for k in keys})
 
 
 # ---- every rank, one table -------------------------------------------------------------------------

@@ -80,15 +80,16 @@ def cmd_models(args) -> int:
 
 def _measured_costs(args, gm, say):
     """The cost model --calibrate or --profile asks for (None: the analytic model of --device)."""
-    if args.calibrate and args.profile:
+    calibrating = args.calibrate or args.recalibrate
+    if calibrating and args.profile:
         raise ValueError("--calibrate and --profile are alternatives: give one")
-    if not (args.calibrate or args.profile):
+    if not (calibrating or args.profile):
         return None
 
     base = AnalyticCostModel(get_profile(args.device))
-    if args.calibrate:
+    if calibrating:
         say("calibrating: timing every distinct op on this machine (cached)")
-        model = calibrate(gm, base=base)
+        model = calibrate(gm, base=base, refresh=args.recalibrate)
     else:
         model = profile_cost_model(args.profile, base=base)
     say(model.coverage(gm))
@@ -153,8 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--device", default="h100", help="h100, a100 or h200")
     opt.add_argument("--streams", type=int, default=1, help="compute streams")
     opt.add_argument("--calibrate", action="store_true",
-                     help="time every distinct op on this machine (CUDA if present, else CPU; cached) and schedule "
-                          "with those costs; the rest from --device's model")
+                     help="time every distinct op on this machine (CUDA if present, else CPU; cached, and a cache "
+                          "that a few ops timed again disagree with is measured anew) and schedule with those costs; "
+                          "the rest from --device's model")
+    opt.add_argument("--recalibrate", action="store_true",
+                     help="--calibrate, timing every op again instead of reading the cache")
     opt.add_argument("--profile", metavar="TRACE_JSON",
                      help="costs from a torch.profiler Chrome trace of the same program; ops it lacks from "
                           "--device's model")
