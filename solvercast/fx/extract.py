@@ -39,7 +39,7 @@ from solvercast.cost.device import DeviceProfile, get_profile
 from solvercast.errors import ExtractionError
 from solvercast.graph.fxmeta import attribute, graph_frozen, hint_int
 from solvercast.gc_paused import gc_paused
-from solvercast.graph.nodes import NodeKind, classify, is_free_task, is_task
+from solvercast.graph.nodes import NodeKind, classify, is_free_task, is_task, waits_on_inputs
 from solvercast.ir.problem import Buffer, Machine, Problem, Role, Task
 
 
@@ -238,9 +238,10 @@ def extract_problem(
                 for m, t in zip(mine, theirs):
                     unite(m, t)
 
+    earlier = set(waits_on_inputs(gm.graph))  # finished when this graph starts (`waits_on_inputs`)
     primary_wait: dict[fx.Node, fx.Node] = {}
     for node in task_nodes:
-        if info[node].kind is NodeKind.WAIT:
+        if info[node].kind is NodeKind.WAIT and node not in earlier:
             coll = collective_behind(node.args[0])
             if coll is None:
                 raise ExtractionError(
@@ -262,7 +263,11 @@ def extract_problem(
         if op_name is None:
             op_name = op_names[node.target] = str(node.target)
         is_wait = info[node].kind is NodeKind.WAIT
-        if is_wait:
+        if is_wait and node in earlier:  # hands back the input's storage, and waits for nothing here
+            for mine, theirs in zip(storages_of[node], storages_of[node.args[0]]):
+                unite(mine, theirs)
+            role = Role.FREE
+        elif is_wait:
             coll = collective_behind(node.args[0])
             if primary_wait[coll] is node:
                 # a wait hands back its collective's buffer

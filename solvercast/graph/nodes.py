@@ -41,7 +41,7 @@ from solvercast.graph.collectives import FENCE_OPS, LEGACY_OPS, CollectiveKind, 
 from solvercast.graph.fxmeta import bound_args, hint_int, is_tensor_like, node_val, once_per_node, op_target
 
 __all__ = [
-    "NodeKind", "NodeInfo", "classify", "op_target", "schemaless_ops", "is_collective", "is_wait", "is_task", "costs_nothing", "is_free_task",
+    "NodeKind", "NodeInfo", "classify", "op_target", "schemaless_ops", "waits_on_inputs", "is_collective", "is_wait", "is_task", "costs_nothing", "is_free_task",
     "METADATA_OPS",
 ]
 
@@ -335,3 +335,21 @@ def schemaless_ops(graph: fx.Graph) -> dict[str, int]:
             name = f"{getattr(node.target, '__module__', '') or ''}.{getattr(node.target, '__name__', node.target)}"
             out[name.lstrip(".")] = out.get(name.lstrip("."), 0) + 1
     return dict(sorted(out.items()))
+
+
+def waits_on_inputs(graph: fx.Graph) -> list[fx.Node]:
+    """The waits whose collective is a graph input (through getitems of a coalesced result): collectives an
+    earlier graph launched, as a backward graph waits on its forward's last reduce_scatters. Extraction takes
+    them as finished when this graph starts, as PyTorch's overlap scheduler and autoparallel's step simulator
+    do (their time left in flight is not modelled); the report names them."""
+    out = []
+    for node in graph.nodes:
+        if node.op != "call_function" or classify(node).kind is not NodeKind.WAIT or not node.args:
+            continue
+        source = node.args[0]
+        while isinstance(source, fx.Node) and source.op == "call_function" and \
+                classify(source).kind is NodeKind.GETITEM and source.args:
+            source = source.args[0]
+        if isinstance(source, fx.Node) and source.op == "placeholder":
+            out.append(node)
+    return out

@@ -42,6 +42,8 @@ class Report:
     phases: dict = field(default_factory=dict)  # seconds per phase, and "total"
     # ops priced without an op schema (by bytes moved alone; FLOPs unknown), name -> count
     schemaless_ops: dict = field(default_factory=dict)
+    # waits on collectives an earlier graph launched (graph inputs), taken as finished at the start
+    earlier_collectives: list = field(default_factory=list)
     # with several budgets (`solvercast.pipeline.pareto`): one row per budget, `Frontier.to_dict`
     frontier: tuple = ()
     # what the time plan gave each phase (`solvercast.pipeline.time_plan.TimePlan`), and what the heuristics'
@@ -88,6 +90,7 @@ class Report:
             solver_status=info.get("solver_status"), solver_bound=solver_bound, best_bound=best_bound,
             fallback=info.get("fallback"), solver_message=info.get("solver_message"), time_limit=time_limit,
             phases={k: round(v, 4) for k, v in phases.items()}, schemaless_ops=dict(info.get("schemaless_ops", {})),
+            earlier_collectives=list(info.get("earlier_collectives", [])),
             time_plan=dict(info.get("time_plan", {})), heuristics_cut=list(info.get("heuristics_cut", [])),
             costs=info.get("costs"))
 
@@ -147,6 +150,11 @@ class Report:
         if self.schemaless_ops:
             lines.append("  costed by bytes  " + ", ".join(f"{k} x{v}" for k, v in self.schemaless_ops.items())
                          + " (no op schema, FLOPs unknown: trace with make_fx or torch.export for aten ops)")
+        if self.earlier_collectives:
+            n = len(self.earlier_collectives)
+            lines.append(f"  earlier graphs   {n} wait{'s' if n > 1 else ''} on a collective an earlier graph launched "
+                         f"({', '.join(self.earlier_collectives[:3])}{', ...' if n > 3 else ''}): taken as finished "
+                         "when this graph starts, as PyTorch's overlap scheduler takes them")
         if self.costs:
             lines.append(f"  costs            {self.costs}")
         if self.heuristics_cut:

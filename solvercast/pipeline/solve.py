@@ -16,7 +16,7 @@ from solvercast.errors import InfeasibleBudgetError, SolvercastError
 from solvercast.fx.extract import extract_problem, graph_name
 from solvercast.fx.lower import lower, strip_anchors
 from solvercast.gc_paused import gc_paused
-from solvercast.graph.nodes import schemaless_ops
+from solvercast.graph.nodes import schemaless_ops, waits_on_inputs
 from solvercast.heuristics import best_heuristic
 from solvercast.heuristics.work import WorkBudget, work_budget
 from solvercast.pipeline.methods import BY_NAME, Kind, names
@@ -161,6 +161,7 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
         solver_info["method"] = "original"
     solver_info["fallback"] = fallback
     solver_info["schemaless_ops"] = schemaless_ops(gm.graph)
+    solver_info["earlier_collectives"] = [n.name for n in waits_on_inputs(gm.graph)]
     if hasattr(cost_model, "coverage"):  # measured costs say how many ops fell back to the model
         solver_info["costs"] = cost_model.coverage(gm)
 
