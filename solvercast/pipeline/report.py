@@ -51,6 +51,8 @@ class Report:
     # where costs came from, when measured (`solvercast.cost.calibrate`, `solvercast.cost.profiled`): how many ops
     # the measurements covered and how many fell back to the analytic model
     costs: str | None = None
+    # what extraction derived or assumed about the graph (`Problem.notes`), one line each
+    notes: tuple = ()
     # False when the time limit could not pay for reading the graph: the module came back untouched, and
     # every figure above is None (`Report.unanalysed`)
     analysed: bool = True
@@ -89,7 +91,7 @@ class Report:
             fallback=info.get("fallback"), solver_message=info.get("solver_message"), time_limit=time_limit,
             phases={k: round(v, 4) for k, v in phases.items()}, schemaless_ops=dict(info.get("schemaless_ops", {})),
             time_plan=dict(info.get("time_plan", {})), heuristics_cut=list(info.get("heuristics_cut", [])),
-            costs=info.get("costs"))
+            costs=info.get("costs"), notes=tuple(problem.notes))
 
     @property
     def speedup(self) -> float | None:
@@ -149,6 +151,7 @@ class Report:
                          + " (no op schema, FLOPs unknown: trace with make_fx or torch.export for aten ops)")
         if self.costs:
             lines.append(f"  costs            {self.costs}")
+        lines += [f"  note             {n}" for n in self.notes]
         if self.heuristics_cut:
             lines.append("  time cut         " + ", ".join(self.heuristics_cut)
                          + " (the heuristics' share of the time limit did not pay for them)")
