@@ -1,7 +1,11 @@
 """FX GraphModule -> Problem.
 
 Reads only the graph and each node's ``meta["val"]`` (fake tensors from
-make_fx, torch.export or AOT); never modifies the input module. One task per
+make_fx, torch.export or AOT); a node without one gets a value derived from
+the graph (`solvercast.fx.values`: a getitem takes its source's element,
+any other node a FakeTensorProp over a copy), which every reader of values
+sees through `solvercast.graph.fxmeta.node_val` while extraction runs, and
+the Problem's ``notes`` say so. Never modifies the input module. One task per
 schedulable node (everything but placeholders, get_attr and output), task ids
 in graph order.
 
@@ -37,7 +41,8 @@ from torch.utils._pytree import tree_flatten
 from solvercast.cost.model import AnalyticCostModel, CostFnOverrides, CostModel
 from solvercast.cost.device import DeviceProfile, get_profile
 from solvercast.errors import ExtractionError
-from solvercast.graph.fxmeta import attribute, graph_frozen, hint_int
+from solvercast.fx.values import derive_values, returns_nothing
+from solvercast.graph.fxmeta import attribute, graph_frozen, hint_int, remember_values
 from solvercast.gc_paused import gc_paused
 from solvercast.graph.nodes import NodeKind, classify, is_free_task, is_task, waits_on_inputs
 from solvercast.ir.problem import Buffer, Machine, Problem, Role, Task
@@ -62,16 +67,12 @@ def _storage_bytes(t: torch.Tensor) -> int:
         return hint_int(t.numel(), fallback=None) * t.element_size()
 
 
-def _returns_nothing(node: fx.Node) -> bool:
-    schema = getattr(node.target, "_schema", None)
-    return node.op == "call_function" and schema is not None and len(schema.returns) == 0
-
-
-def _is_none_item(node: fx.Node) -> bool:
+def _is_none_item(node: fx.Node, derived: dict) -> bool:
     """A getitem of a container whose value holds None at that index."""
     if classify(node).kind is not NodeKind.GETITEM or len(node.args) < 2 or not isinstance(node.args[0], fx.Node):
         return False
-    container, index = node.args[0].meta.get("val"), node.args[1]
+    src, index = node.args[0], node.args[1]
+    container = src.meta["val"] if "val" in src.meta else derived.get(src)
     return isinstance(container, (list, tuple)) and isinstance(index, int) and -len(container) <= index < len(container) \
         and container[index] is None
 
@@ -115,8 +116,9 @@ def extract_problem(
     overrides durations node by node (`CostFnOverrides`).
 
     Raises `ExtractionError` naming the node for: a node without
-    ``meta["val"]``, a graph whose nodes are not in dependency order (not a
-    DAG), a shape that cannot be known (symbolic without a hint).
+    ``meta["val"]`` whose value cannot be derived (`solvercast.fx.values`),
+    a graph whose nodes are not in dependency order (not a DAG), a shape that
+    cannot be known (symbolic without a hint).
     """
     profile = get_profile(device)
     costs: CostModel = cost_model if cost_model is not None else AnalyticCostModel(profile, default_group_size)
@@ -134,6 +136,11 @@ def extract_problem(
                     f"node {node.name!r} reads {inp.name!r}, which comes later in the graph: the graph is not a DAG "
                     "in node order (run graph.lint() and fix the cycle or reorder the nodes)")
         seen.add(node)
+
+    # values of nodes the trace left without one, seen by every reader from here on (before any fact
+    # about a node is remembered); nothing to do when every node has a value
+    derived = derive_values(gm, nodes)
+    remember_values(derived.values)
 
     opaque = [n for n in nodes if classify(n).kind is NodeKind.OPAQUE]
     if opaque:
@@ -165,12 +172,16 @@ def extract_problem(
         if node.op == "get_attr" and "val" not in node.meta:
             return attribute(gm, node.target)
         if "val" not in node.meta:
-            if _returns_nothing(node):  # make_fx records no value for ops that return None (foreach_add_, ...)
+            if node in derived.values:
+                return derived.values[node]
+            if returns_nothing(node):  # make_fx records no value for ops that return None (foreach_add_, ...)
                 return None
-            if _is_none_item(node):  # the None result of a with_effects node
+            if _is_none_item(node, derived.values):  # the None result of a with_effects node
                 return None
             raise ExtractionError(
-                f"node {node.name!r} ({node.op} {node.target}) has no meta['val']: trace the model with "
+                f"node {node.name!r} ({node.op} {node.target}) has no meta['val'], and none could be derived "
+                f"(a getitem takes its source's element, any other node a FakeTensorProp over a copy of the graph: "
+                f"{derived.reason or 'not run'}): trace the model with "
                 "make_fx(..., tracing_mode='fake') or torch.export (FakeTensorProp on a symbolic_trace graph "
                 "gives values, but its Python callables and modules cannot be costed as aten ops)")
         return node.meta["val"]
@@ -395,7 +406,7 @@ def extract_problem(
                       sync_overhead=costs.sync_overhead(), memory_budget=memory_budget)
     return Problem(tasks=tuple(tasks), edges=tuple(edges), buffers=tuple(buffers), machine=machine,
                    preserve_collective_order=preserve_collective_order,
-                   name=graph_name(gm))
+                   name=graph_name(gm), notes=tuple(n for n in (derived.note(),) if n))
 
 
 def graph_name(gm: fx.GraphModule) -> str:

@@ -52,6 +52,7 @@ from torch.fx.node import map_arg
 
 from solvercast.graph import ops
 from solvercast.errors import InvalidScheduleError, LoweringError
+from solvercast.fx.values import derive_values
 from solvercast.graph.fxmeta import attribute
 from solvercast.gc_paused import gc_paused
 from solvercast.graph.nodes import is_distributed, is_task
@@ -209,6 +210,7 @@ def lower(gm: fx.GraphModule, problem: Problem, schedule: Schedule, *, check: bo
     if check:
         validate(problem.with_budget(None) if problem.machine.memory_budget is not None else problem, schedule)
     graph = copy.deepcopy(gm.graph)
+    _fill_values(gm, graph)
     task_nodes = [n for n in graph.nodes if is_task(n)]
     if len(task_nodes) != problem.num_tasks:
         raise LoweringError(f"the problem has {problem.num_tasks} tasks but the graph has {len(task_nodes)} "
@@ -228,6 +230,17 @@ def lower(gm: fx.GraphModule, problem: Problem, schedule: Schedule, *, check: bo
     if hasattr(gm, "_solvercast_name"):
         out._solvercast_name = gm._solvercast_name
     return out
+
+
+def _fill_values(gm: fx.GraphModule, graph: fx.Graph) -> None:
+    """Values for the nodes of ``graph`` (a copy of ``gm``'s) that ``gm`` left without ``meta["val"]``, as
+    extraction derived them (`solvercast.fx.values`): lowering reads them, and the lowered module has them."""
+    derived = derive_values(gm)
+    if derived.values:
+        by_name = {n.name: v for n, v in derived.values.items()}
+        for node in graph.nodes:
+            if node.name in by_name:
+                node.meta["val"] = by_name[node.name]
 
 
 def exec_streams(gm, graph: fx.Graph, problem: Problem, schedule: Schedule,

@@ -1,7 +1,8 @@
 """What an FX node's metadata says about its tensors: shapes, dtypes, bytes.
 
 The one home of symbolic-size hinting (`hint_int`) and of reading a node's
-value (``meta["val"]``, else ``meta["tensor_meta"]``) as (hinted shape, dtype)
+value (``meta["val"]``, else a value derived for it inside `graph_frozen`
+(`remember_values`), else ``meta["tensor_meta"]``) as (hinted shape, dtype)
 pairs and bytes, plus `bound_args`, an op's arguments by schema name. Nothing
 here guards on a symbolic size: sizes are read through their hints only.
 """
@@ -21,7 +22,7 @@ from solvercast.errors import UnhintedSizeError
 __all__ = [
     "UNBACKED_SIZE_FALLBACK", "UnhintedSizeError", "hint_int", "tensor_info", "tensor_infos", "node_val",
     "is_tensor_like", "info_bytes", "val_bytes", "input_nodes", "bound_args", "graph_frozen", "once_per_node",
-    "node_infos", "attribute",
+    "node_infos", "attribute", "remember_values",
 ]
 
 #: Size used for an unbacked symbolic size that has no hint (Inductor's
@@ -118,10 +119,14 @@ def tensor_info(v: Any) -> Optional[tuple[tuple[int, ...], torch.dtype]]:
 
 
 def node_val(node: torch.fx.Node) -> Any:
-    """The node's value: ``meta["val"]``, else ``meta["tensor_meta"]`` (None if neither)."""
+    """The node's value: ``meta["val"]``, else the value derived for it inside `graph_frozen`
+    (`remember_values`), else ``meta["tensor_meta"]`` (None if none of them)."""
     meta = node.meta
     if "val" in meta:
         return meta["val"]
+    derived = _derived_values()
+    if derived and node in derived:
+        return derived[node]
     return meta.get("tensor_meta")
 
 
@@ -167,6 +172,24 @@ def graph_frozen():
         yield
     finally:
         _FROZEN.reset(token)
+
+
+_VALUES = object()  # key of the derived values in `graph_frozen`'s store
+
+
+def remember_values(values: dict) -> None:
+    """Inside `graph_frozen`: ``values`` (node -> value) are the values of nodes without ``meta["val"]``,
+    derived from the graph (`solvercast.fx.values`); `node_val` reads them until the block ends. The
+    nodes' metadata is not touched. Call it before any `once_per_node` fact is computed."""
+    cache = _FROZEN.get()
+    if cache is None:
+        raise RuntimeError("remember_values needs graph_frozen: derived values last as long as its block")
+    cache[_VALUES] = values
+
+
+def _derived_values() -> dict | None:
+    cache = _FROZEN.get()
+    return None if cache is None else cache.get(_VALUES)
 
 
 def once_per_node(fact: Callable[[torch.fx.Node], Any], node: torch.fx.Node) -> Any:

@@ -130,9 +130,13 @@ class Problem:
     machine: Machine = field(default_factory=Machine)
     preserve_collective_order: bool = True
     name: str = ""
+    # what extraction derived or assumed about the graph, one line each (e.g. values of nodes the trace
+    # left without meta["val"]); not part of the problem's identity
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "tasks", tuple(self.tasks))
+        object.__setattr__(self, "notes", tuple(self.notes))
         object.__setattr__(self, "edges", tuple(sorted({(int(u), int(v)) for u, v in self.edges})))
         object.__setattr__(self, "buffers", tuple(self.buffers))
         self._check()
@@ -357,6 +361,7 @@ class Problem:
             f"budget {'none' if m.memory_budget is None else format_bytes(m.memory_budget)}",
             f"  resident inputs {format_bytes(self.resident_bytes)}, all buffers {format_bytes(sum(b.size for b in self.buffers))}",
         ]
+        lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 

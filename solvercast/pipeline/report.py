@@ -53,6 +53,8 @@ class Report:
     # where costs came from, when measured (`solvercast.cost.calibrate`, `solvercast.cost.profiled`): how many ops
     # the measurements covered and how many fell back to the analytic model
     costs: str | None = None
+    # what extraction derived or assumed about the graph (`Problem.notes`), one line each
+    notes: tuple = ()
     # False when the time limit could not pay for reading the graph: the module came back untouched, and
     # every figure above is None (`Report.unanalysed`)
     analysed: bool = True
@@ -92,7 +94,7 @@ class Report:
             phases={k: round(v, 4) for k, v in phases.items()}, schemaless_ops=dict(info.get("schemaless_ops", {})),
             earlier_collectives=list(info.get("earlier_collectives", [])),
             time_plan=dict(info.get("time_plan", {})), heuristics_cut=list(info.get("heuristics_cut", [])),
-            costs=info.get("costs"))
+            costs=info.get("costs"), notes=tuple(problem.notes))
 
     @property
     def speedup(self) -> float | None:
@@ -157,6 +159,7 @@ class Report:
                          "when this graph starts, as PyTorch's overlap scheduler takes them")
         if self.costs:
             lines.append(f"  costs            {self.costs}")
+        lines += [f"  note             {n}" for n in self.notes]
         if self.heuristics_cut:
             lines.append("  time cut         " + ", ".join(self.heuristics_cut)
                          + " (the heuristics' share of the time limit did not pay for them)")

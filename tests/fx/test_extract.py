@@ -1,6 +1,7 @@
 """FX -> Problem: classification, buffers, errors, and agreement with PyTorch's FX memory estimator."""
 
 import copy
+import operator
 
 import pytest
 import torch
@@ -232,3 +233,133 @@ def test_a_reshape_that_copies_is_a_task_that_allocates():
             assert (buffers.get(node.name) == val.numel() * val.element_size()) == copies, node.name
     assert sum(r == Role.COMPUTE for r in role.values()) == 3 + 4  # the three copies, two adds, two sums
     assert simulate(p, Schedule.original(p)).peak_memory == estimator_peak(gm)
+
+
+# ---- nodes without meta["val"]: values derived from the graph ------------------------------------
+
+def multi_output_graph():
+    """mm -> split -> var_mean (getitem nodes of two multi-output ops), then an all_gather the original
+    order waits on at once, fake-traced."""
+    group = fake_group(2)
+
+    def f(x, w, v):
+        a, b = torch.split(x @ w, 64, dim=1)
+        var, mean = torch.var_mean(a, dim=0)
+        c = torch.relu(b) @ v
+        ag = _c10d.wait_tensor(_c10d.all_gather_into_tensor(x, 2, group))
+        return ag.sum(0)[:64] * mean + var, c
+
+    return make_fx(f, tracing_mode="fake")(torch.randn(64, 128), torch.randn(128, 128), torch.randn(64, 64))
+
+
+def without_vals(gm, drop):
+    """A copy of ``gm`` whose nodes that ``drop`` picks lose meta['val'], and their names."""
+    gm = copy.deepcopy(gm)
+    dropped = [n.name for n in gm.graph.nodes if drop(n)]
+    for n in gm.graph.nodes:
+        if n.name in dropped:
+            del n.meta["val"]
+    assert dropped
+    return gm, dropped
+
+
+def same_problem(p, q):
+    assert p.tasks == q.tasks  # names, roles, durations, ops
+    assert p.edges == q.edges
+    assert p.buffers == q.buffers
+
+
+def is_getitem(n):
+    return n.target is operator.getitem
+
+
+def test_getitems_without_values_take_their_source_element():
+    gm = multi_output_graph()
+    stripped, dropped = without_vals(gm, is_getitem)
+    assert len(dropped) == 4
+    p = extract_problem(stripped)
+    same_problem(extract_problem(gm), p)
+    assert p.notes == ("values derived for 4 nodes without meta['val'] (getitem of their source: 4)",)
+    assert [n.name for n in stripped.graph.nodes if n.op != "output" and "val" not in n.meta] == dropped
+    assert extract_problem(gm).notes == ()
+
+
+def test_other_nodes_without_values_come_from_fake_tensor_prop():
+    gm = multi_output_graph()
+    # the mm, and the split together with its getitems (their source has no value either)
+    stripped, dropped = without_vals(gm, lambda n: n.name in ("mm", "split", "relu") or is_getitem(n))
+    before = stripped.code
+    p = extract_problem(stripped)
+    same_problem(extract_problem(gm), p)
+    assert p.notes == ("values derived for 7 nodes without meta['val'] (getitem of their source: 2, "
+                       "FakeTensorProp: 5)",)
+    # extraction never changes its input: the values stay missing, the code the same
+    assert stripped.code == before
+    assert [n.name for n in stripped.graph.nodes if n.op != "output" and "val" not in n.meta] == dropped
+
+
+def test_values_missing_from_a_trace_with_real_tensors_come_from_a_new_fake_mode():
+    def f(x, w):
+        a, b = torch.split(x @ w, 4, dim=1)
+        return torch.relu(b).view(-1), a * 2
+
+    gm = make_fx(f, tracing_mode="real")(torch.randn(4, 8), torch.randn(8, 8))
+    stripped, _ = without_vals(gm, lambda n: n.name in ("mm", "split", "view") or is_getitem(n))
+    p = extract_problem(stripped)
+    same_problem(extract_problem(gm), p)
+    assert p.notes == ("values derived for 5 nodes without meta['val'] (FakeTensorProp: 5)",)
+
+
+def test_optimize_a_graph_without_values_computes_the_same_values():
+    from solvercast import optimize
+    from solvercast.fx.lower import lower
+    from solvercast.graph.local_run import random_inputs, run_local
+
+    gm = multi_output_graph()
+    stripped, _ = without_vals(gm, lambda n: n.name == "mm" or is_getitem(n))
+    args = random_inputs(gm, seed=1)
+    ref = run_local(gm, [a.clone() for a in args])
+
+    def same_values(lowered):
+        out = run_local(lowered, [a.clone() for a in args])
+        assert len(out) == len(ref) and all(torch.allclose(o, r) for o, r in zip(out, ref))
+
+    res = optimize(stripped, time_limit=2, method="comm_priority", memory_budget=float("inf"))
+    assert res.report.method == "comm_priority"  # the all_gather moves first: lowered, not the input
+    assert "values derived for 5 nodes" in str(res.report)
+    same_values(res.gm)
+    # two streams: the relu and the mm after it on stream 1, which reads a getitem without a value
+    p = extract_problem(stripped, compute_streams=2)
+    ids = {t.name: i for i, t in enumerate(p.tasks)}
+    lowered = lower(stripped, p, Schedule(tuple(range(p.num_tasks)), {ids["relu"]: 1, ids["mm_1"]: 1}))
+    assert "wait_and_bind" in lowered.code
+    same_values(lowered)
+    # the lowered module has every value, and extracts to the same problem as the intact graph's lowering
+    assert all("val" in n.meta for n in lowered.graph.nodes if n.op != "output")
+    same_problem(extract_problem(lower(gm, p, Schedule(tuple(range(p.num_tasks)), {ids["relu"]: 1, ids["mm_1"]: 1})),
+                                 compute_streams=2), extract_problem(lowered, compute_streams=2))
+    assert "val" not in next(n for n in stripped.graph.nodes if n.name == "mm").meta
+
+
+def test_a_value_that_cannot_be_derived_is_an_error_that_says_what_was_tried():
+    gm = multi_output_graph()
+    stripped, _ = without_vals(gm, lambda n: n.name in ("x_1", "mm"))
+    with pytest.raises(ExtractionError, match=r"node 'x_1'.*has no meta\['val'\], and none could be derived.*"
+                                              r"FakeTensorProp.*: graph input 'x_1' has no value"):
+        extract_problem(stripped)
+
+    def data_dependent(t):  # no fake implementation can know the size
+        return t[t > 0]
+
+    g = fx.Graph()
+    x = g.placeholder("x")
+    y = g.call_function(torch.ops.aten.relu.default, (x,))
+    z = g.call_function(data_dependent, (y,))
+    g.output((z,))
+    bad = fx.GraphModule(torch.nn.Module(), g)
+    with torch._subclasses.fake_tensor.FakeTensorMode():
+        x.meta["val"] = torch.empty(4)
+        y.meta["val"] = torch.empty(4)
+    with pytest.raises(ExtractionError, match=r"node 'data_dependent'.*FakeTensorProp over a copy of the graph: "
+                                              r"it failed at 'data_dependent': DynamicOutputShape"):
+        extract_problem(bad)
