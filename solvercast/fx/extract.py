@@ -225,6 +225,21 @@ def extract_problem(
         if info[node].kind is NodeKind.ANCHOR and not info[node].aliases:
             storages_of[node] = []
 
+    # A graph constant is the module's own tensor, so its storage is the attribute's: two get_attr nodes of one
+    # attribute, or attributes that are views of one tensor, are one storage whatever their traced values say
+    # (a real trace gives every get_attr value a storage of its own, one per node).
+    constant_storage: dict[tuple[int, str], tuple[int, str]] = {}  # attribute's storage -> the first node's key
+    for node in nodes:
+        if node.op != "get_attr":
+            continue
+        try:
+            held = [_storage_key(t) for t in _tensors(attribute(gm, node.target))]
+        except (AttributeError, RuntimeError, NotImplementedError):  # no such attribute, or no storage to read
+            continue
+        if len(held) == len(storages_of[node]):
+            for mine, real in zip(storages_of[node], held):
+                unite(mine, constant_storage.setdefault(real, mine))
+
     # Aliasing by schema: a view, an in-place or out= result, a getitem of a multi-output op is its
     # input's storage. Fake traces share storages already; real traces give every value its own.
     for node in task_nodes:
