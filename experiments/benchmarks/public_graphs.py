@@ -217,11 +217,9 @@ def run_graph(graph: str, directory: Path | None, time_limit: float) -> dict:
         row["report"] = res.report
         if res.report.analysed:
             # judged on the benchmark's own Problem: the same tasks and costs as the other orders
-            ids = {t.name: i for i, t in enumerate(problem.tasks)}
             same = [t.name for t in res.problem.tasks] == [t.name for t in problem.tasks]
             row["solvercast"] = simulate(problem, res.schedule) if same else simulate(res.problem, res.schedule)
             row["solvercast_note"] = "" if same else "judged on optimize's own Problem (task lists differ)"
-            del ids
         reason = unavailable_reason()
         if reason:
             row["torch_error"] = reason
@@ -297,7 +295,9 @@ def main(argv=None) -> int:
     print("Costs: collectives from autoparallel's tables as run.py interpolates them; collectives no table row "
           "matches, and all compute, from solvercast's H100 analytic model (PyTorch's estimator needs triton). "
           "Every order is simulated by solvercast's `simulate` on one Problem. PyTorch's scheduler runs with "
-          "bucketing off (reordering only).\n")
+          "bucketing off (reordering only), its memory limit 1.0 x the peak of its own memory estimator, which "
+          "is not solvercast's: its peak here is solvercast's measure of its order, and may exceed the original "
+          "peak that binds solvercast. `gap to its bound`: (solvercast's step - its best lower bound) / bound.\n")
     print("| " + " | ".join(COLUMNS) + " |")
     print("|---" * len(COLUMNS) + "|")
     notes = []
