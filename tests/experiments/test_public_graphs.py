@@ -71,3 +71,29 @@ def test_vendored_forward_graph_is_read_extracted_and_simulated():
         assert len(table.matched) == 0 and len(table.unmatched) == 291
     assert not dist.is_initialized()
     assert len(problem.tasks) > 3000 and result.makespan > 0 and result.peak_memory > 0
+
+
+def test_vendored_backward_graph_reads_its_tables_and_waits_on_inputs():
+    from solvercast import simulate
+    from solvercast.graph.nodes import waits_on_inputs
+    from solvercast.fx.extract import extract_problem
+    from solvercast.ir.schedule import Schedule
+
+    with public_graphs.loaded_graph("bw_64_2d") as (gm, table, info):
+        assert info["nodes"] == 5502 and info["world"] == 8 and info["filled"] == 0
+        assert public_graphs.collective_counts(gm) == "211/180/33"
+        # reduce_scatters its forward graph launched reach it as inputs, still in flight: read as finished
+        assert len(waits_on_inputs(gm.graph)) == 17
+        problem = extract_problem(gm, cost_fn=table.seconds)
+        # the reduce_scatters of the tensor-parallel group "1": the table has reduce_scatter rows for "0" only
+        assert len(table.matched) == 391 and len(table.unmatched) == 33
+        assert all(name.startswith("reduce_scatter") for name in table.unmatched)
+        result = simulate(problem, Schedule.original(problem))
+    assert len(problem.tasks) > 5000 and result.makespan > 0
+
+
+@pytest.mark.heavy
+def test_script_prints_a_row_per_graph(capsys):
+    assert public_graphs.main(["--graphs", "fw_64_1d", "--time-limit", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| fw_64_1d | 3997 | 3703 | 291/0/0 | 0 / 291 |" in out
