@@ -44,6 +44,7 @@ tuple before extraction, until extraction does it itself.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import importlib.util
 import lzma
@@ -55,6 +56,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -232,7 +234,7 @@ def run_graph(graph: str, directory: Path | None, time_limit: float) -> dict:
             try:
                 row["torch"] = simulate(problem, torch_overlap_schedule(gm, problem, budget_ratio=1.0))
             except Exception as e:  # the peer failed on this graph: say so, never a number
-                row["torch_error"] = f"{type(e).__name__}: {str(e)[:160]}"
+                row["torch_error"] = _failure(e)
             row["torch_s"] = time.perf_counter() - start
         th = row.get("torch")
         if th is not None and th.peak_memory > original.peak_memory:
@@ -242,6 +244,15 @@ def run_graph(graph: str, directory: Path | None, time_limit: float) -> dict:
             if res.report.analysed:
                 row["solvercast_at_torch_peak"] = simulate(problem, res.schedule)
     return row
+
+
+def _failure(e: BaseException) -> str:
+    """An exception as a table cell: its type and message, and for a RecursionError the functions that recurse."""
+    text = f"{type(e).__name__}: {str(e)[:160]}"
+    if isinstance(e, RecursionError):
+        names = collections.Counter(f.name for f in traceback.extract_tb(e.__traceback__))
+        text += " (recursing through " + ", ".join(n for n, _ in names.most_common(3)) + ")"
+    return text
 
 
 def _ms(ns: int) -> str:
