@@ -37,9 +37,8 @@ compared on equal memory. Each order is simulated by solvercast's `simulate` on 
 not run here (it is not vendored); a trial outside the project found it within 0.09% of `simulate` on
 ``fw_256_1d``'s original order with the same per-node costs.
 
-Stopgap: make_fx leaves the getitems of the forward graphs' int outputs without ``meta["val"]`` and
-solvercast's extraction refuses such nodes; `fill_getitem_values` copies the value from the source
-tuple before extraction, until extraction does it itself.
+make_fx leaves the getitems of the forward graphs' int outputs without ``meta["val"]``: extraction derives
+them (the report's note counts them).
 """
 
 from __future__ import annotations
@@ -48,7 +47,6 @@ import collections
 import contextlib
 import importlib.util
 import lzma
-import operator
 import os
 import platform
 import shlex
@@ -150,19 +148,6 @@ def fake_process_groups(pg_config: dict):
         dist.destroy_process_group()
 
 
-def fill_getitem_values(gm: fx.GraphModule) -> int:
-    """Stopgap until extraction derives them: give a getitem without ``meta["val"]`` its source tuple's item.
-    Returns how many were filled."""
-    filled = 0
-    for n in gm.graph.nodes:
-        if n.op == "call_function" and n.target is operator.getitem and "val" not in n.meta:
-            src = n.args[0].meta.get("val") if isinstance(n.args[0], fx.Node) else None
-            if isinstance(src, (list, tuple)) and isinstance(n.args[1], int) and src[n.args[1]] is not None:
-                n.meta["val"] = src[n.args[1]]
-                filled += 1
-    return filled
-
-
 @contextlib.contextmanager
 def loaded_graph(graph: str, directory: Path | None = None, device: str | None = None):
     """Trace ``graph``'s repro with fake tensors, inside its fake process groups. Yields
@@ -181,9 +166,9 @@ def loaded_graph(graph: str, directory: Path | None = None, device: str | None =
             module.load_args(reader)
         with torch.no_grad():
             gm = make_fx(module.Repro(), tracing_mode="fake")(*reader.args)
-        filled = fill_getitem_values(gm)
+        missing = sum(1 for n in gm.graph.nodes if n.op == "call_function" and "val" not in n.meta)
         gm.meta["solvercast"] = {"world_size": world}
-        info = dict(path=path, table=table_file.name, pg_config=pg_config, world=world, filled=filled,
+        info = dict(path=path, table=table_file.name, pg_config=pg_config, world=world, missing=missing,
                     nodes=len(gm.graph.nodes), trace_s=time.perf_counter() - start)
         yield gm, TableEstimator(read_table(table_file)), info
 
@@ -209,7 +194,7 @@ def run_graph(graph: str, directory: Path | None, time_limit: float) -> dict:
 
     with loaded_graph(graph, directory) as (gm, table, info):
         row = dict(graph=graph, nodes=info["nodes"], colls=collective_counts(gm), trace_s=info["trace_s"],
-                   filled=info["filled"], table=info["table"])
+                   missing=info["missing"], table=info["table"])
         start = time.perf_counter()
         problem = extract_problem(gm, cost_fn=table.seconds)
         row["extract_s"] = time.perf_counter() - start
@@ -310,7 +295,7 @@ def main(argv=None) -> int:
         ap.error(f"unknown graphs {unknown}; expected some of {', '.join(ALL)}")
 
     command = "python -m experiments.benchmarks.public_graphs " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    print(f"# autoparallel's Llama-3 8B graphs: solvercast and PyTorch's overlap scheduler\n")
+    print("# autoparallel's Llama-3 8B graphs: solvercast and PyTorch's overlap scheduler\n")
     print(f"Command: `{command}` (time limit {args.time_limit:g} s, budget 1.0 x the original peak).\n")
     print(f"Run at commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine "
           f"{platform.machine()}, nproc {os.cpu_count()}, load average at start {os.getloadavg()[0]:.1f}; "
@@ -330,7 +315,7 @@ def main(argv=None) -> int:
         r = run_graph(g, args.dir, args.time_limit)
         print(row_line(r), flush=True)
         rep = r["report"]
-        notes.append(f"- {g}: table {r['table']}; {r['filled']} getitem values filled by the stopgap; "
+        notes.append(f"- {g}: table {r['table']}; {r['missing']} nodes without a value (derived by extraction); "
                      f"extraction {r['extract_s']:.1f} s; solvercast: {rep.method} ({rep.solver or '-'}, "
                      f"{rep.solver_status or '-'}), best bound {rep.best_bound / 1e6:.3f} ms"
                      + (f"; fallback: {rep.fallback}" if rep.fallback else "")

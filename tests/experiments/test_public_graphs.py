@@ -64,8 +64,10 @@ def test_vendored_forward_graph_is_read_extracted_and_simulated():
     with public_graphs.loaded_graph("fw_64_1d") as (gm, table, info):
         assert info["nodes"] == 3997 and info["world"] == 64 and info["table"] == "colls8_8.table"
         assert public_graphs.collective_counts(gm) == "291/0/0"
-        assert info["filled"] == 64  # getitems make_fx leaves without a value (the stopgap fills them)
+        # getitems make_fx leaves without a value: 96 of a None item (nothing to derive), 64 of an int (derived)
+        assert info["missing"] == 160
         problem = extract_problem(gm, cost_fn=table.seconds)
+        assert any("values derived for 64 nodes" in note for note in problem.notes)
         result = simulate(problem, Schedule.original(problem))
         # its all_gathers run on a group of 64, which no row of the 8-GPU table matches
         assert len(table.matched) == 0 and len(table.unmatched) == 291
@@ -80,7 +82,7 @@ def test_vendored_backward_graph_reads_its_tables_and_waits_on_inputs():
     from solvercast.ir.schedule import Schedule
 
     with public_graphs.loaded_graph("bw_64_2d") as (gm, table, info):
-        assert info["nodes"] == 5502 and info["world"] == 8 and info["filled"] == 0
+        assert info["nodes"] == 5502 and info["world"] == 8 and info["missing"] == 0
         assert public_graphs.collective_counts(gm) == "211/180/33"
         # reduce_scatters its forward graph launched reach it as inputs, still in flight: read as finished
         assert len(waits_on_inputs(gm.graph)) == 17
