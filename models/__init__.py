@@ -26,14 +26,15 @@ from typing import Any, Callable
 
 import torch.fx as fx
 
-from ._tracing import fake_group, group_is_registered, parse_dtype
+from ._tracing import fake_group, group_is_registered, parse_dtype, register_fake_group
 from .fsdp import FSDP_DEFAULTS, fsdp_layers
 from .llama import FSDP_TP_DEFAULTS, LLAMA_TP_DEFAULTS, SIMPLE_FSDP_DEFAULTS, fsdp_tp, llama_tp, simple_fsdp
 from .moe import MOE_DEFAULTS, moe_block
 from .synthetic import SYNTHETIC_DEFAULTS, synthetic
 from .transformer import SP_BLOCK_DEFAULTS, TP_BLOCK_DEFAULTS, TP_MLP_DEFAULTS, sp_block, tp_block, tp_mlp
 
-__all__ = ["MODELS", "ModelInfo", "build", "describe", "fake_group", "group_is_registered", "list_models"]
+__all__ = ["MODELS", "ModelInfo", "build", "describe", "fake_group", "group_is_registered", "list_models",
+           "register_fake_group"]
 
 
 @dataclass(frozen=True)

@@ -84,8 +84,9 @@ _GROUPS: dict[tuple[str, int], tuple[str, Any]] = {}  # (tag, world size) -> (na
 _LOCK = threading.Lock()
 
 
-def _make_registered_fake_pg(name: str, world_size: int) -> Any:
-    """A ProcessGroup of ``world_size`` fake ranks (we are rank 0), registered as ``name``."""
+def register_fake_group(name: str, world_size: int) -> Any:
+    """A ProcessGroup of ``world_size`` fake ranks (we are rank 0), registered as ``name`` (no default
+    process group needed; a group already registered under ``name`` with that size is returned)."""
     from torch._C._distributed_c10d import (  # noqa: PLC0415
         FakeProcessGroup,
         PrefixStore,
@@ -138,13 +139,13 @@ def fake_group(world_size: int, tag: str = "") -> str:
             if pg is not None and not _still_registered(name, world_size):
                 # e.g. dist.destroy_process_group() unregistered every group
                 try:
-                    _GROUPS[key] = (name, _make_registered_fake_pg(name, world_size))
+                    _GROUPS[key] = (name, register_fake_group(name, world_size))
                 except Exception:  # pragma: no cover
                     _GROUPS[key] = (name, None)
             return name
         name = f"solvercast_fake_{tag}_w{world_size}" if tag else f"solvercast_fake_w{world_size}"
         try:
-            pg = _make_registered_fake_pg(name, world_size)
+            pg = register_fake_group(name, world_size)
         except Exception:  # pragma: no cover - depends on the torch build
             pg = None
         _GROUPS[key] = (name, pg)

@@ -62,6 +62,7 @@ import torch.fx as fx
 
 from experiments.benchmarks.collective_tables import TableEstimator, read_table
 from experiments.common import below_commands, command_line
+from solvercast.models import register_fake_group
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "autoparallel_llama3_8b"
 VENDORED = ("fw_64_1d", "bw_64_2d")
@@ -124,28 +125,16 @@ class FakeReader:
 
 @contextlib.contextmanager
 def fake_process_groups(pg_config: dict):
-    """A fake default group of the largest size and its subgroups, registered under ``pg_config``'s names
-    (run.py's ``setup_process_groups``). As there, every process group registered by name in this process is
-    unregistered first (solvercast's model builders re-register theirs when next asked); on exit the names
-    are unregistered again and the default group destroyed."""
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    if dist.is_initialized():
-        raise RuntimeError("a default process group already exists; the repro needs its own fake groups")
-    world = max(info["size"] for info in pg_config.values())
-    dist.init_process_group(backend="fake", rank=0, world_size=world, store=FakeStore())
+    """Fake process groups of ``pg_config``'s sizes, registered under its names (what run.py's
+    ``setup_process_groups`` gives the repro), without a default group: a process that has one already (the
+    tests, solvercast's model builders) keeps it. The names are unregistered on exit. Yields the largest size."""
+    for name, info in pg_config.items():
+        register_fake_group(name, info["size"])
     try:
-        default = dist.distributed_c10d._get_default_group()
-        groups = {name: default if info["size"] == world else dist.new_group(list(range(info["size"])))
-                  for name, info in pg_config.items()}
-        torch._C._distributed_c10d._unregister_all_process_groups()
-        for name, pg in groups.items():
-            torch._C._distributed_c10d._register_process_group(name, pg)
-        yield world
+        yield max(info["size"] for info in pg_config.values())
     finally:
-        torch._C._distributed_c10d._unregister_all_process_groups()
-        dist.destroy_process_group()
+        for name in pg_config:
+            torch._C._distributed_c10d._unregister_process_group(name)
 
 
 @contextlib.contextmanager

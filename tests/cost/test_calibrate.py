@@ -125,17 +125,17 @@ def _calibrations_under_load(gm, tmp_path) -> None:
         p = extract_problem(gm, cost_model=model)
         return simulate(p, Schedule.original(p)).makespan
 
-    fresh = calibrate(gm, "cpu", cache_dir=str(tmp_path / "fresh"), warmup=1, repeats=5, clock="thread")
+    fresh = calibrate(gm, "cpu", cache_dir=str(tmp_path / "fresh"), clock="thread")
     _poisoned(tmp_path / "fresh", tmp_path / "poisoned", 3.0)
     trusted = calibrate(gm, "cpu", cache_dir=str(tmp_path / "poisoned"), trust=UNCHECKED, clock="thread")
     assert trusted.new_measurements == 0 and step(trusted) > 2 * step(fresh)
     with pytest.warns(UserWarning, match="measuring every op of this graph anew"):
-        checked = calibrate(gm, "cpu", cache_dir=str(tmp_path / "poisoned"), warmup=1, repeats=5, clock="thread")
+        checked = calibrate(gm, "cpu", cache_dir=str(tmp_path / "poisoned"), clock="thread")
     assert checked.new_measurements == len(fresh.seconds)
     assert step(checked) == pytest.approx(step(fresh), rel=0.15)
     # the cache now holds the new timings, with their spread and load: the next call's check trusts them (it
     # may time again only the entries whose own spread was wide)
-    again = calibrate(gm, "cpu", cache_dir=str(tmp_path / "poisoned"), warmup=1, repeats=5, clock="thread")
+    again = calibrate(gm, "cpu", cache_dir=str(tmp_path / "poisoned"), clock="thread")
     assert again.new_measurements < len(fresh.seconds)
 
 

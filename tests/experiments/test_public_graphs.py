@@ -61,6 +61,7 @@ def test_vendored_forward_graph_is_read_extracted_and_simulated():
     from solvercast.fx.extract import extract_problem
     from solvercast.ir.schedule import Schedule
 
+    initialized = dist.is_initialized()  # a default group made by an earlier test stays as it is
     with public_graphs.loaded_graph("fw_64_1d") as (gm, table, info):
         assert info["nodes"] == 3997 and info["world"] == 64 and info["table"] == "colls8_8.table"
         assert public_graphs.collective_counts(gm) == "291/0/0"
@@ -71,7 +72,7 @@ def test_vendored_forward_graph_is_read_extracted_and_simulated():
         result = simulate(problem, Schedule.original(problem))
         # its all_gathers run on a group of 64, which no row of the 8-GPU table matches
         assert len(table.matched) == 0 and len(table.unmatched) == 291
-    assert not dist.is_initialized()
+    assert dist.is_initialized() == initialized
     assert len(problem.tasks) > 3000 and result.makespan > 0 and result.peak_memory > 0
 
 
