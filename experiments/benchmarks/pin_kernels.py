@@ -24,6 +24,7 @@ Counted in each output code (``run_and_get_code``), forward and backward summed:
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -87,8 +88,9 @@ def _compile_traced(name: str, solver_pass) -> tuple[list, list[str]]:
     return graphs, codes
 
 
-def run(name: str, setting: str) -> dict:
-    """One compile of model ``name`` (``setting``: one of `SETTINGS`): counts, order kept, seconds."""
+def run(name: str, setting: str, dump: str | None = None) -> dict:
+    """One compile of model ``name`` (``setting``: one of `SETTINGS`): counts, order kept, seconds; the
+    output codes are written to ``dump/<name>_<setting>_<i>.py`` when ``dump`` is given."""
     from solvercast import SolvercastPass
     from tests.end_to_end.test_generated_code_order import _code_kinds, _compile_with_pass
 
@@ -100,6 +102,11 @@ def run(name: str, setting: str) -> dict:
     else:
         graphs, codes = _compile_traced(name, solver_pass)
     seconds = time.perf_counter() - start
+    if dump:
+        os.makedirs(dump, exist_ok=True)
+        for i, code in enumerate(codes):
+            with open(os.path.join(dump, f"{name}_{setting}_{i}.py"), "w") as f:
+                f.write(code)
     counts = [code_counts(c) for c in codes]
     total = {k: sum(c[k] for c in counts) for k in counts[0]}
     kept = [_code_kinds(code) == chosen for (_, chosen), code in zip(graphs, codes)]
@@ -122,6 +129,7 @@ def main(argv=None) -> int:
     ap = command_line("experiments.benchmarks.pin_kernels", main.__doc__, below_commands(__doc__))
     ap.add_argument("--models", default=",".join(DTENSOR + TRACED),
                     help=f"comma-separated, of {', '.join(DTENSOR + TRACED)} (default: all)")
+    ap.add_argument("--dump", default=None, help="a folder to write each output code to (default: none)")
     args = ap.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in DTENSOR + TRACED]
@@ -137,7 +145,7 @@ def main(argv=None) -> int:
         rows = {}
         for setting in SETTINGS:
             try:
-                rows[setting] = run(name, setting)
+                rows[setting] = run(name, setting, args.dump)
             except Exception as e:  # a model that does not compile on this machine: say so, go on
                 print(f"| {name} | {setting}: {type(e).__name__}: {str(e).splitlines()[0][:120]} |||||||", flush=True)
                 break

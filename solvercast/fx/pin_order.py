@@ -42,7 +42,7 @@ import torch.fx as fx
 from solvercast.graph.nodes import NodeKind, classify
 from solvercast.cost.roofline import is_matmul_class
 
-__all__ = ["pinned_nodes", "pin_order", "can_pin"]
+__all__ = ["pinned_nodes", "chain_edges", "pin_order", "can_pin"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -74,15 +74,45 @@ def pinned_nodes(graph: fx.Graph) -> list[fx.Node]:
     return [n for n in graph.nodes if _is_pinned(n)]
 
 
-def pin_order(graph: fx.Graph) -> int:
-    """Chain ``graph``'s pinned nodes (`pinned_nodes`) in their current order with control
-    dependencies, in place: each becomes a ``control_deps`` node that depends on the one before it.
+def chain_edges(graph: fx.Graph, implied: bool = False) -> list[tuple[fx.Node, fx.Node]]:
+    """The ``(before, node)`` pairs `pin_order` adds: consecutive `pinned_nodes`, less (unless ``implied``)
+    those where ``node`` already depends on ``before`` through the graph's data, which Inductor keeps.
+
+    One pass in graph order: each node's latest pinned ancestor (by chain index) is the largest over its
+    inputs; a pinned node whose inputs' latest is the pinned node just before it needs no edge."""
+    chain = pinned_nodes(graph)
+    index = {node: i for i, node in enumerate(chain)}
+    latest: dict[fx.Node, int] = {}
+    edges = []
+    for node in graph.nodes:
+        last = max((latest.get(i, -1) for i in node.all_input_nodes), default=-1)
+        i = index.get(node)
+        if i is None:
+            latest[node] = last
+            continue
+        if i > 0 and (implied or last < i - 1):
+            edges.append((chain[i - 1], node))
+        latest[node] = i
+    return edges
+
+
+def pin_order(graph: fx.Graph, implied: bool = False) -> int:
+    """Fix the current order of ``graph``'s pinned nodes (`pinned_nodes`) with control dependencies, in
+    place: a pinned node that does not already depend on the pinned node before it through data becomes a
+    ``control_deps`` node that depends on it (`chain_edges`; ``implied=True`` wraps every pinned node
+    but the first).
+
+    Every edge left out is one that data already orders, so the order is the same; each ``control_deps``
+    costs what Inductor cannot see through: its lowering realizes the dependency's buffer and adds a weak
+    user to it (which stops a consumer from reusing that buffer in place until the dependent node has
+    run), and the post-grad reinplacing pass, which turns a functional ``all_reduce`` into an in-place
+    ``all_reduce_``, does not look inside it (a copy kernel is added instead).
 
     Returns how many nodes were wrapped: 0 when there is nothing to chain, or when this torch has no
     ``control_deps`` (a warning then says the order is Inductor's). The graph needs an owning module
     (the wrapped ops' subgraphs are stored on it), as Inductor's post-grad graphs have."""
-    chain = pinned_nodes(graph)
-    if len(chain) < 2:
+    edges = chain_edges(graph, implied)
+    if not edges:
         return 0
     preserve = _preserve_node_ordering()
     if preserve is None:  # pragma: no cover - older torch
@@ -93,6 +123,6 @@ def pin_order(graph: fx.Graph) -> int:
         raise ValueError("pin_order needs a graph with an owning module (its control_deps subgraphs live there)")
     from torch.utils._ordered_set import OrderedSet
 
-    preserve(graph, {node: OrderedSet([before]) for before, node in zip(chain, chain[1:])})
+    preserve(graph, {node: OrderedSet([before]) for before, node in edges})
     graph.lint()
-    return len(chain) - 1
+    return len(edges)

@@ -30,7 +30,7 @@ from solvercast.models._capture import fake_mesh
 from solvercast.models._tracing import parse_dtype
 from solvercast.models.llama import make_step, mesh_dims
 from solvercast.graph.nodes import NodeKind, classify
-from solvercast.fx.pin_order import pin_order, pinned_nodes
+from solvercast.fx.pin_order import chain_edges, pin_order, pinned_nodes
 from solvercast.graph.local_run import LocalCollectives, random_inputs, run_local
 
 GROUP = fake_group(2)
@@ -219,13 +219,20 @@ def test_pin_order_chains_collectives_waits_and_matmuls_and_keeps_the_values():
     order = [n.name for n in gm.graph.nodes if n.op != "get_attr"]
     chain = [n.name for n in pinned_nodes(gm.graph)]
     assert chain == ["mm", "all_reduce", "mm_1", "wait_tensor", "mm_2"]
-    assert pin_order(gm.graph) == len(chain) - 1
+    # the all_reduce reads mm and mm_2 reads the wait: data orders them, no edge; the independent mm_1
+    # and the wait need one each
+    edges = [("all_reduce", "mm_1"), ("mm_1", "wait_tensor")]
+    assert [(a.name, b.name) for a, b in chain_edges(gm.graph)] == edges
+    assert len(chain_edges(gm.graph, implied=True)) == len(chain) - 1
+    assert pin_order(gm.graph) == len(edges)
     nodes, was = {n.name: n for n in gm.graph.nodes}, {n.name: n for n in original.graph.nodes}
     assert [n.name for n in gm.graph.nodes if n.op != "get_attr"] == order  # nothing moved, nothing lost
-    assert not _is_control_deps(nodes[chain[0]])
-    for before, name in zip(chain, chain[1:]):  # each depends on the one before it, and runs its own op
-        assert _is_control_deps(nodes[name]) and nodes[name].args[0] == (nodes[before],)
-        assert _unwrapped(nodes[name]).target is was[name].target
+    for name in chain:  # each wrapped node depends on the one before it, and runs its own op
+        wrapped = [before for before, after in edges if after == name]
+        assert _is_control_deps(nodes[name]) == bool(wrapped)
+        if wrapped:
+            assert nodes[name].args[0] == (nodes[wrapped[0]],)
+            assert _unwrapped(nodes[name]).target is was[name].target
     gm.recompile()
     args = random_inputs(original, seed=1)
     assert all(torch.equal(a, b) for a, b in zip(run_local(original, args), run_local(gm, args)))
