@@ -14,10 +14,15 @@ nodes, and only by data dependencies. Measured on the zoo's FSDP graphs (torch 2
 
 Both obey dependencies, so, as PyTorch's own overlap scheduler does when asked to
 (``insert_overlap_deps``), the order is pinned with Inductor's ``control_deps`` higher-order op:
-each pinned node is wrapped so that it depends on the pinned node before it. Inductor's lowering
-of ``control_deps`` records those as extra buffer dependencies, which its scheduler honours as
-dependencies in fusion and in every reordering. One chain over all pinned nodes fixes their order
-across process groups too. Unlike ``insert_overlap_deps``, which drops the edges between two
+each pinned node is made to depend on the pinned node before it. Inductor's lowering of
+``control_deps`` records those as extra buffer dependencies (fake weak ones), which its scheduler
+honours as dependencies in fusion and in every reordering. One chain over all pinned nodes fixes
+their order across process groups too. Only the links that data does not already make are wrapped
+(`chain_edges`): a wrapper is not free in the output code. Its lowering adds a weak user to the
+buffer it waits on, which stops that buffer's other consumers from reusing it in place, and the
+post-grad reinplacing pass does not look inside it, so a wrapped ``all_reduce`` gets a copy kernel
+instead of running in place (measured on the zoo: one kernel more per model with every link
+wrapped, none with the implied links left out; ``experiments/results/pin_order.md``). Unlike ``insert_overlap_deps``, which drops the edges between two
 collectives or waits (one communicator's stream orders its collectives), the chain keeps them: the
 stream does not order a launch against another collective's wait on the host, and the pass chose
 that order.
@@ -74,33 +79,60 @@ def pinned_nodes(graph: fx.Graph) -> list[fx.Node]:
     return [n for n in graph.nodes if _is_pinned(n)]
 
 
-def chain_edges(graph: fx.Graph, implied: bool = False) -> list[tuple[fx.Node, fx.Node]]:
-    """The ``(before, node)`` pairs `pin_order` adds: consecutive `pinned_nodes`, less (unless ``implied``)
-    those where ``node`` already depends on ``before`` through the graph's data, which Inductor keeps.
+def _is_comm(node: fx.Node) -> bool:
+    return classify(node).kind in (NodeKind.COLLECTIVE, NodeKind.WAIT)
 
-    One pass in graph order: each node's latest pinned ancestor (by chain index) is the largest over its
-    inputs; a pinned node whose inputs' latest is the pinned node just before it needs no edge."""
+
+def chain_edges(graph: fx.Graph, implied: bool = False, matmuls: bool = False) -> list[tuple[fx.Node, fx.Node]]:
+    """The ``(before, node)`` pairs `pin_order` adds, in graph order: each collective or wait after the
+    matmuls since the collective or wait before it (after that one when there are none), each matmul
+    after the collective or wait before it; with ``matmuls``, instead, each pinned node after the one
+    before it. Left out (unless ``implied``) are the pairs that the graph's data (or a pair already
+    taken) orders anyway, which Inductor keeps.
+
+    So each collective stays after the compute before it and before the compute after it, and each wait
+    after the compute the pass put before it: what decides how much of a collective is hidden. The
+    matmuls between two collectives or waits may run in another order among themselves (the sequence
+    of kinds in the output code is the same), which leaves Inductor free to fuse around them.
+
+    One pass in graph order; each node carries the set of pinned nodes it depends on (a bit mask over
+    the chain), so that a pair is known to be implied without a search."""
     chain = pinned_nodes(graph)
     index = {node: i for i, node in enumerate(chain)}
-    latest: dict[fx.Node, int] = {}
+    mask: dict[fx.Node, int] = {}
     edges = []
+    previous, segment = None, []  # the last collective or wait, the matmuls after it
     for node in graph.nodes:
-        last = max((latest.get(i, -1) for i in node.all_input_nodes), default=-1)
+        m = 0
+        for i in node.all_input_nodes:
+            m |= mask.get(i, 0)
         i = index.get(node)
-        if i is None:
-            latest[node] = last
-            continue
-        if i > 0 and (implied or last < i - 1):
-            edges.append((chain[i - 1], node))
-        latest[node] = i
+        if i is not None:
+            comm = _is_comm(node)
+            if matmuls:
+                required = chain[i - 1:i] if i > 0 else []
+            elif comm:
+                required = segment or ([previous] if previous is not None else [])
+            else:
+                required = [previous] if previous is not None else []
+            for before in required:
+                if implied or not (m >> index[before]) & 1:
+                    edges.append((before, node))
+                    m |= mask[before]
+            m |= 1 << i
+            if comm:
+                previous, segment = node, []
+            else:
+                segment.append(node)
+        mask[node] = m
     return edges
 
 
-def pin_order(graph: fx.Graph, implied: bool = False) -> int:
+def pin_order(graph: fx.Graph, implied: bool = False, matmuls: bool = False) -> int:
     """Fix the current order of ``graph``'s pinned nodes (`pinned_nodes`) with control dependencies, in
     place: a pinned node that does not already depend on the pinned node before it through data becomes a
-    ``control_deps`` node that depends on it (`chain_edges`; ``implied=True`` wraps every pinned node
-    but the first).
+    ``control_deps`` node that depends on it (`chain_edges`; ``implied=True, matmuls=True`` wraps every
+    pinned node but the first).
 
     Every edge left out is one that data already orders, so the order is the same; each ``control_deps``
     costs what Inductor cannot see through: its lowering realizes the dependency's buffer and adds a weak
@@ -108,10 +140,10 @@ def pin_order(graph: fx.Graph, implied: bool = False) -> int:
     run), and the post-grad reinplacing pass, which turns a functional ``all_reduce`` into an in-place
     ``all_reduce_``, does not look inside it (a copy kernel is added instead).
 
-    Returns how many nodes were wrapped: 0 when there is nothing to chain, or when this torch has no
+    Returns how many nodes were wrapped (a node may wait on several): 0 when there is nothing to chain, or when this torch has no
     ``control_deps`` (a warning then says the order is Inductor's). The graph needs an owning module
     (the wrapped ops' subgraphs are stored on it), as Inductor's post-grad graphs have."""
-    edges = chain_edges(graph, implied)
+    edges = chain_edges(graph, implied, matmuls)
     if not edges:
         return 0
     preserve = _preserve_node_ordering()
@@ -123,6 +155,9 @@ def pin_order(graph: fx.Graph, implied: bool = False) -> int:
         raise ValueError("pin_order needs a graph with an owning module (its control_deps subgraphs live there)")
     from torch.utils._ordered_set import OrderedSet
 
-    preserve(graph, {node: OrderedSet([before]) for before, node in edges})
+    deps: dict[fx.Node, OrderedSet] = {}
+    for before, node in edges:
+        deps.setdefault(node, OrderedSet()).add(before)
+    preserve(graph, deps)
     graph.lint()
-    return len(edges)
+    return len(deps)
