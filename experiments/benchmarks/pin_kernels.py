@@ -25,7 +25,6 @@ Counted in each output code (``run_and_get_code``), forward and backward summed:
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -38,19 +37,6 @@ from experiments.common import below_commands, command_line
 DTENSOR = ("llama_tp", "simple_fsdp", "fsdp_tp")
 TRACED = ("tp_mlp", "tp_block", "fsdp_layers")
 SETTINGS = ("pinned", "unpinned", "inductor")
-
-_KERNEL_DEF = re.compile(r"^\s*(\w+) = async_compile\.(cpp_pybinding|cpp|triton)\(", re.M)
-_EXTERN_CALL = re.compile(r"\bextern_kernels\.\w+\(")
-_BUFFER = re.compile(r"\bempty_strided(_\w+)?\(")
-
-
-def code_counts(code: str) -> dict[str, int]:
-    """Generated kernels, extern kernel calls and ``empty_strided`` allocations in one output code
-    (comment lines skipped)."""
-    lines = "\n".join(line for line in code.splitlines() if not line.lstrip().startswith("#"))
-    return {"generated": len(_KERNEL_DEF.findall(lines)), "extern": len(_EXTERN_CALL.findall(lines)),
-            "buffers": len(_BUFFER.findall(lines))}
-
 
 def _unchanged_pass():
     """A post-grad custom pass that leaves the graph as it is (Inductor alone, recorded the same way)."""
@@ -68,31 +54,17 @@ def _unchanged_pass():
 
 def _compile_traced(name: str, solver_pass) -> tuple[list, list[str]]:
     """A traced zoo model compiled as one graph with ``solver_pass``: (graphs' kinds, output codes)."""
-    from torch._inductor.utils import run_and_get_code
-
-    from solvercast.graph.local_run import random_inputs
     from solvercast.models import build
-    from tests.end_to_end.test_generated_code_order import _recording
+    from tests.end_to_end.test_generated_code_order import _compile_graph_module
 
-    gm = build(name, layers=1)
-    args = random_inputs(gm, seed=0)
-    graphs = []
-    torch._dynamo.reset()
-    try:
-        with torch._inductor.config.patch(post_grad_custom_post_pass=_recording(solver_pass, graphs),
-                                          force_disable_caches=True):
-            compiled = torch.compile(gm, fullgraph=True, dynamic=False)
-            _, codes = run_and_get_code(lambda: compiled(*args))
-    finally:
-        torch._dynamo.reset()
-    return graphs, codes
+    return _compile_graph_module(build(name, layers=1), solver_pass)
 
 
 def run(name: str, setting: str, dump: str | None = None) -> dict:
     """One compile of model ``name`` (``setting``: one of `SETTINGS`): counts, order kept, seconds; the
     output codes are written to ``dump/<name>_<setting>_<i>.py`` when ``dump`` is given."""
     from solvercast import SolvercastPass
-    from tests.end_to_end.test_generated_code_order import _code_kinds, _compile_with_pass
+    from tests.end_to_end.test_generated_code_order import _code_counts, _code_kinds, _compile_with_pass
 
     solver_pass = {"pinned": lambda: SolvercastPass(time_limit=1), "unpinned": lambda: SolvercastPass(time_limit=1, pin=False),
                    "inductor": _unchanged_pass}[setting]()
@@ -107,7 +79,7 @@ def run(name: str, setting: str, dump: str | None = None) -> dict:
         for i, code in enumerate(codes):
             with open(os.path.join(dump, f"{name}_{setting}_{i}.py"), "w") as f:
                 f.write(code)
-    counts = [code_counts(c) for c in codes]
+    counts = [_code_counts(c) for c in codes]
     total = {k: sum(c[k] for c in counts) for k in counts[0]}
     kept = [_code_kinds(code) == chosen for (_, chosen), code in zip(graphs, codes)]
     return {"model": name, "setting": setting, "graphs": len(codes), **total, "kept": kept, "seconds": seconds}

@@ -80,6 +80,19 @@ def _code_kinds(code: str) -> list[str]:
     return out
 
 
+_KERNEL_DEF = re.compile(r"^\s*(\w+) = async_compile\.(cpp_pybinding|cpp|triton)\(", re.M)
+_EXTERN_CALL = re.compile(r"\bextern_kernels\.\w+\(")
+_BUFFER = re.compile(r"\bempty_strided(_\w+)?\(")
+
+
+def _code_counts(code: str) -> dict[str, int]:
+    """Generated kernels (``async_compile`` definitions: one per kernel Inductor writes), extern kernel
+    calls and ``empty_strided`` allocations (materialized buffers) in one output code, comments skipped."""
+    lines = "\n".join(line for line in code.splitlines() if not line.lstrip().startswith("#"))
+    return {"generated": len(_KERNEL_DEF.findall(lines)), "extern": len(_EXTERN_CALL.findall(lines)),
+            "buffers": len(_BUFFER.findall(lines))}
+
+
 def _recording(solver_pass, graphs: list):
     """A custom post-grad pass that runs ``solver_pass`` and appends (the graph's kinds before it, after
     it) to ``graphs``."""
@@ -118,6 +131,25 @@ def _compile_with_pass(name: str, solver_pass=None, **params):
                 _, codes = run_and_get_code(lambda: compiled(x).sum().backward())
         finally:
             torch._dynamo.reset()
+    return graphs, codes
+
+
+def _compile_graph_module(gm, graph_pass):
+    """A traced zoo model (an aten GraphModule, no autograd) compiled as one graph with ``graph_pass`` as
+    the post-grad custom pass, its placeholders fed random tensors: (the graph's kinds before and after
+    the pass, the output codes)."""
+    from torch._inductor.utils import run_and_get_code
+
+    args = random_inputs(gm, seed=0)
+    graphs = []
+    torch._dynamo.reset()
+    try:
+        with torch._inductor.config.patch(post_grad_custom_post_pass=_recording(graph_pass, graphs),
+                                          force_disable_caches=True):
+            compiled = torch.compile(gm, fullgraph=True, dynamic=False)
+            _, codes = run_and_get_code(lambda: compiled(*args))
+    finally:
+        torch._dynamo.reset()
     return graphs, codes
 
 
@@ -256,3 +288,39 @@ def test_llama_tp_order_reaches_the_generated_code():
 @pytest.mark.parametrize("name", ["simple_fsdp", "fsdp_tp"])
 def test_fsdp_models_order_reaches_the_generated_code(name):
     _check(*_compile_with_pass(name, layers=1))
+
+
+class _EveryLinkPinned:
+    """The pass unpinned, then every pinned node wrapped on the one before it (``implied``, ``matmuls``)."""
+
+    def __init__(self):
+        self.inner = SolvercastPass(time_limit=1, pin=False)
+
+    def __call__(self, graph):
+        self.inner(graph)
+        pin_order(graph, implied=True, matmuls=True)
+
+    def uuid(self):
+        return self.inner.uuid() + "every-link"
+
+
+@pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled")
+def test_pinning_adds_no_kernel_or_buffer_and_keeps_the_order():
+    """tp_mlp (mm -> gelu -> mm -> all_reduce -> wait -> add): pinned as the pass pins, the output code has
+    the kernels and buffers of the unpinned pass (data orders every link: nothing is wrapped); wrapping
+    every link instead costs a kernel (the post-grad reinplacing pass does not look into the wrapped
+    all_reduce, whose lowering then copies its input into a new buffer first)."""
+    from solvercast.models import build
+
+    gm = build("tp_mlp", layers=1)
+    counts, kept = {}, {}
+    for setting, graph_pass in [("pinned", SolvercastPass(time_limit=1)),
+                                ("unpinned", SolvercastPass(time_limit=1, pin=False)),
+                                ("every link", _EveryLinkPinned())]:
+        graphs, codes = _compile_graph_module(copy.deepcopy(gm), graph_pass)
+        (_, chosen), = graphs
+        (code,) = codes
+        counts[setting], kept[setting] = _code_counts(code), _code_kinds(code) == chosen
+    assert counts["pinned"] == counts["unpinned"]
+    assert kept["pinned"] and kept["every link"]
+    assert counts["every link"]["generated"] == counts["pinned"]["generated"] + 1
