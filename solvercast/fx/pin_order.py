@@ -14,15 +14,18 @@ nodes, and only by data dependencies. Measured on the zoo's FSDP graphs (torch 2
 
 Both obey dependencies, so, as PyTorch's own overlap scheduler does when asked to
 (``insert_overlap_deps``), the order is pinned with Inductor's ``control_deps`` higher-order op:
-each pinned node is made to depend on the pinned node before it. Inductor's lowering of
+each collective and wait is made to depend on the matmuls before it (back to the previous collective
+or wait), and each matmul on the collective or wait before it. Inductor's lowering of
 ``control_deps`` records those as extra buffer dependencies (fake weak ones), which its scheduler
-honours as dependencies in fusion and in every reordering. One chain over all pinned nodes fixes
-their order across process groups too. Only the links that data does not already make are wrapped
+honours as dependencies in fusion and in every reordering. One chain over all collectives and waits
+fixes their order across process groups too. Only the links that data does not already make are wrapped
 (`chain_edges`): a wrapper is not free in the output code. Its lowering adds a weak user to the
-buffer it waits on, which stops that buffer's other consumers from reusing it in place, and the
+buffer it waits on, which can stop that buffer's other consumers from reusing it in place
+(``decide_inplace_update`` counts every user not yet run), and the
 post-grad reinplacing pass does not look inside it, so a wrapped ``all_reduce`` gets a copy kernel
-instead of running in place (measured on the zoo: one kernel more per model with every link
-wrapped, none with the implied links left out; ``experiments/results/pin_order.md``). Unlike ``insert_overlap_deps``, which drops the edges between two
+instead of running in place. A link between two matmuls is not taken at all: what the pass decides is
+where collectives and waits sit among the matmuls, not the matmuls' order among themselves (counts
+in ``experiments/results/pin_order.md``). Unlike ``insert_overlap_deps``, which drops the edges between two
 collectives or waits (one communicator's stream orders its collectives), the chain keeps them: the
 stream does not order a launch against another collective's wait on the host, and the pass chose
 that order.

@@ -113,10 +113,10 @@ class SolvercastPass:
       With ``compute_streams=1`` the node order changes, no op is added; nodes
       that ``optimize`` dropped as dead are kept, just before the output.
       Inductor's scheduler would reorder its kernels again, so the order of
-      collectives, waits and matmuls is pinned (`solvercast.fx.pin_order`): each
-      is wrapped, under its own name, in Inductor's ``control_deps`` on the
-      one before it; ``pin=False`` leaves the order to Inductor's scheduler
-      (the reordered graph, unpinned). With ``compute_streams > 1`` on a CUDA graph the streams
+      collectives and waits among the matmuls is pinned (`solvercast.fx.pin_order`):
+      each link that data does not already make is a ``control_deps`` wrapper
+      (the node under its own name); ``pin=False`` leaves the order to
+      Inductor's scheduler (the reordered graph, unpinned). With ``compute_streams > 1`` on a CUDA graph the streams
       are written in torch.compile's own form (`solvercast.fx.compile_streams`:
       stream annotations, one event and one wait per cross-stream consumer,
       control_deps), which Inductor's scheduler reads; on a CPU graph
