@@ -45,6 +45,7 @@ from __future__ import annotations
 import functools
 import warnings
 
+import torch
 import torch.fx as fx
 
 from solvercast.graph.nodes import NodeKind, classify
@@ -131,6 +132,31 @@ def chain_edges(graph: fx.Graph, implied: bool = False, matmuls: bool = False) -
     return edges
 
 
+#: Inductor's per-node flag (``GraphLowering.run_node``): realize the node's value when it is lowered
+REALIZE = "inductor_realize_to_strides"
+
+
+def _base(node: fx.Node) -> fx.Node:
+    """``node`` without the view ops (``view``, ``permute``, ``t``, ...) on top of it."""
+    while (node.op == "call_function" and getattr(node.target, "is_view", False) and node.args
+           and isinstance(node.args[0], fx.Node)):
+        node = node.args[0]
+    return node
+
+
+def _realize_inputs_before(node: fx.Node) -> None:
+    """Have Inductor realize the values ``node`` reads (through views) when they are lowered, not inside
+    ``node``'s ``control_deps`` wrapper: Inductor's lowering of the wrapper gives every operation it
+    creates the wrapper's dependencies, and a pointwise producer it realizes there (a matmul's input)
+    would be ordered after them too, which can split it from the kernel it would join (measured on the
+    FSDP models' backward: ``mul_silu`` and ``silu_backward`` in two kernels around a wait). The wrapped
+    ops (matmuls, collectives, waits) realize their inputs anyway; only where moves."""
+    for value in node.all_input_nodes:
+        base = _base(value)
+        if base.op == "call_function" and isinstance(base.meta.get("val"), torch.Tensor):
+            base.meta[REALIZE] = True
+
+
 def pin_order(graph: fx.Graph, implied: bool = False, matmuls: bool = False) -> int:
     """Fix the current order of ``graph``'s pinned nodes (`pinned_nodes`) with control dependencies, in
     place: a pinned node that does not already depend on the pinned node before it through data becomes a
@@ -161,6 +187,8 @@ def pin_order(graph: fx.Graph, implied: bool = False, matmuls: bool = False) -> 
     deps: dict[fx.Node, OrderedSet] = {}
     for before, node in edges:
         deps.setdefault(node, OrderedSet()).add(before)
+    for node in deps:
+        _realize_inputs_before(node)
     preserve(graph, deps)
     graph.lint()
     return len(deps)
