@@ -23,7 +23,9 @@ fixes their order across process groups too. Only the links that data does not a
 buffer it waits on, which can stop that buffer's other consumers from reusing it in place
 (``decide_inplace_update`` counts every user not yet run), and the
 post-grad reinplacing pass does not look inside it, so a wrapped ``all_reduce`` gets a copy kernel
-instead of running in place. A link between two matmuls is not taken at all: what the pass decides is
+instead of running in place. The values a wrapped node reads are realized where they are computed
+(`_realize_inputs_before`), not inside the wrapper, which would give them its dependencies too. A link
+between two matmuls is not taken at all: what the pass decides is
 where collectives and waits sit among the matmuls, not the matmuls' order among themselves (counts
 in ``experiments/results/pin_order.md``). Unlike ``insert_overlap_deps``, which drops the edges between two
 collectives or waits (one communicator's stream orders its collectives), the chain keeps them: the

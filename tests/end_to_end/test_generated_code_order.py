@@ -30,7 +30,7 @@ from solvercast.models._capture import fake_mesh
 from solvercast.models._tracing import parse_dtype
 from solvercast.models.llama import make_step, mesh_dims
 from solvercast.graph.nodes import NodeKind, classify
-from solvercast.fx.pin_order import chain_edges, pin_order, pinned_nodes
+from solvercast.fx.pin_order import REALIZE, chain_edges, pin_order, pinned_nodes
 from solvercast.graph.local_run import LocalCollectives, random_inputs, run_local
 
 GROUP = fake_group(2)
@@ -257,6 +257,7 @@ def test_pin_order_chains_collectives_waits_and_matmuls_and_keeps_the_values():
     assert [(a.name, b.name) for a, b in chain_edges(gm.graph)] == edges
     assert len(chain_edges(gm.graph, implied=True)) == len(chain) - 1
     assert pin_order(gm.graph) == len(edges)
+    assert gm.graph.find_nodes(op="call_function", target=C10D.all_reduce.default)[0].meta[REALIZE]  # the wait reads it
     nodes, was = {n.name: n for n in gm.graph.nodes}, {n.name: n for n in original.graph.nodes}
     assert [n.name for n in gm.graph.nodes if n.op != "get_attr"] == order  # nothing moved, nothing lost
     for name in chain:  # each wrapped node depends on the one before it, and runs its own op
@@ -324,3 +325,20 @@ def test_pinning_adds_no_kernel_or_buffer_and_keeps_the_order():
     assert counts["pinned"] == counts["unpinned"]
     assert kept["pinned"] and kept["every link"]
     assert counts["every link"]["generated"] == counts["pinned"]["generated"] + 1
+
+
+@pytest.mark.heavy
+@pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled")
+@pytest.mark.parametrize("name", ["simple_fsdp", "fsdp_tp"])
+def test_fsdp_models_pinned_have_the_unpinned_kernels(name):
+    """In the backward of these two the matmuls after a wait read a pointwise value (silu times the
+    up projection) that Inductor, left alone, computes in one kernel with silu_backward: pinned, it is
+    realized outside the wrapped matmul, so the kernels are the unpinned pass's, in the pass's order."""
+    counts = {}
+    for setting, graph_pass in [("pinned", SolvercastPass(time_limit=1)),
+                                ("unpinned", SolvercastPass(time_limit=1, pin=False))]:
+        graphs, codes = _compile_with_pass(name, solver_pass=graph_pass, layers=1)
+        counts[setting] = sum(_code_counts(code)["generated"] for code in codes)
+        if setting == "pinned":
+            _check(graphs, codes)
+    assert counts["pinned"] == counts["unpinned"]
