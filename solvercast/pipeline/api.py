@@ -113,9 +113,10 @@ class SolvercastPass:
       With ``compute_streams=1`` the node order changes, no op is added; nodes
       that ``optimize`` dropped as dead are kept, just before the output.
       Inductor's scheduler would reorder its kernels again, so the order of
-      collectives, waits and matmuls is pinned (`solvercast.fx.pin_order`): each
-      is wrapped, under its own name, in Inductor's ``control_deps`` on the
-      one before it. With ``compute_streams > 1`` on a CUDA graph the streams
+      collectives and waits among the matmuls is pinned (`solvercast.fx.pin_order`):
+      each link that data does not already make is a ``control_deps`` wrapper
+      (the node under its own name); ``pin=False`` leaves the order to
+      Inductor's scheduler (the reordered graph, unpinned). With ``compute_streams > 1`` on a CUDA graph the streams
       are written in torch.compile's own form (`solvercast.fx.compile_streams`:
       stream annotations, one event and one wait per cross-stream consumer,
       control_deps), which Inductor's scheduler reads; on a CPU graph
@@ -132,7 +133,7 @@ class SolvercastPass:
 
     _registered = False
 
-    def __init__(self, **options):
+    def __init__(self, pin: bool = True, **options):
         import inspect
 
         known = set(inspect.signature(optimize).parameters) - {"gm"}
@@ -141,6 +142,7 @@ class SolvercastPass:
             raise TypeError(f"SolvercastPass got unknown option(s) {unknown}; optimize takes {sorted(known)}")
         check_arguments(options.get("method", "auto"), options.get("time_limit", 10.0))
         self.options = options
+        self.pin = bool(pin)
         self.last_result: OptimizeResult | None = None
         self.calls = 0
         if not SolvercastPass._registered:
@@ -196,8 +198,8 @@ class SolvercastPass:
             return
         self._reorder_in_place(graph, result, val_map)
         # Inductor would reorder it again (fusion, reorder_for_peak_memory): pin it
-
-        pin_order(graph)
+        if self.pin:
+            pin_order(graph)
 
     @staticmethod
     def _reorder_in_place(graph: fx.Graph, result: OptimizeResult, val_map: dict) -> None:
@@ -233,6 +235,8 @@ class SolvercastPass:
             return None  # the compiled graph holds stream and event objects registered while compiling:
             # a cache hit would skip their registration, so Inductor must not cache it (None: bypass)
         h = hashlib.sha256(b"solvercast.SolvercastPass/2\0")
+        if not self.pin:
+            h.update(b"pin=False\0")
         for key in sorted(self.options):
             value = self.options[key]
             if key == "progress":
@@ -248,4 +252,5 @@ class SolvercastPass:
         return h.hexdigest()
 
     def __repr__(self) -> str:
-        return f"SolvercastPass({', '.join(f'{k}={v!r}' for k, v in self.options.items())})"
+        options = ({} if self.pin else {"pin": False}) | self.options
+        return f"SolvercastPass({', '.join(f'{k}={v!r}' for k, v in options.items())})"

@@ -30,7 +30,7 @@ from solvercast.models._capture import fake_mesh
 from solvercast.models._tracing import parse_dtype
 from solvercast.models.llama import make_step, mesh_dims
 from solvercast.graph.nodes import NodeKind, classify
-from solvercast.fx.pin_order import pin_order, pinned_nodes
+from solvercast.fx.pin_order import REALIZE, chain_edges, pin_order, pinned_nodes
 from solvercast.graph.local_run import LocalCollectives, random_inputs, run_local
 
 GROUP = fake_group(2)
@@ -80,6 +80,19 @@ def _code_kinds(code: str) -> list[str]:
     return out
 
 
+_KERNEL_DEF = re.compile(r"^\s*(\w+) = async_compile\.(cpp_pybinding|cpp|triton)\(", re.M)
+_EXTERN_CALL = re.compile(r"\bextern_kernels\.\w+\(")
+_BUFFER = re.compile(r"\bempty_strided(_\w+)?\(")
+
+
+def _code_counts(code: str) -> dict[str, int]:
+    """Generated kernels (``async_compile`` definitions: one per kernel Inductor writes), extern kernel
+    calls and ``empty_strided`` allocations (materialized buffers) in one output code, comments skipped."""
+    lines = "\n".join(line for line in code.splitlines() if not line.lstrip().startswith("#"))
+    return {"generated": len(_KERNEL_DEF.findall(lines)), "extern": len(_EXTERN_CALL.findall(lines)),
+            "buffers": len(_BUFFER.findall(lines))}
+
+
 def _recording(solver_pass, graphs: list):
     """A custom post-grad pass that runs ``solver_pass`` and appends (the graph's kinds before it, after
     it) to ``graphs``."""
@@ -118,6 +131,25 @@ def _compile_with_pass(name: str, solver_pass=None, **params):
                 _, codes = run_and_get_code(lambda: compiled(x).sum().backward())
         finally:
             torch._dynamo.reset()
+    return graphs, codes
+
+
+def _compile_graph_module(gm, graph_pass):
+    """A traced zoo model (an aten GraphModule, no autograd) compiled as one graph with ``graph_pass`` as
+    the post-grad custom pass, its placeholders fed random tensors: (the graph's kinds before and after
+    the pass, the output codes)."""
+    from torch._inductor.utils import run_and_get_code
+
+    args = random_inputs(gm, seed=0)
+    graphs = []
+    torch._dynamo.reset()
+    try:
+        with torch._inductor.config.patch(post_grad_custom_post_pass=_recording(graph_pass, graphs),
+                                          force_disable_caches=True):
+            compiled = torch.compile(gm, fullgraph=True, dynamic=False)
+            _, codes = run_and_get_code(lambda: compiled(*args))
+    finally:
+        torch._dynamo.reset()
     return graphs, codes
 
 
@@ -219,13 +251,21 @@ def test_pin_order_chains_collectives_waits_and_matmuls_and_keeps_the_values():
     order = [n.name for n in gm.graph.nodes if n.op != "get_attr"]
     chain = [n.name for n in pinned_nodes(gm.graph)]
     assert chain == ["mm", "all_reduce", "mm_1", "wait_tensor", "mm_2"]
-    assert pin_order(gm.graph) == len(chain) - 1
+    # the all_reduce reads mm and mm_2 reads the wait: data orders them, no edge; the independent mm_1
+    # and the wait need one each
+    edges = [("all_reduce", "mm_1"), ("mm_1", "wait_tensor")]
+    assert [(a.name, b.name) for a, b in chain_edges(gm.graph)] == edges
+    assert len(chain_edges(gm.graph, implied=True)) == len(chain) - 1
+    assert pin_order(gm.graph) == len(edges)
+    assert gm.graph.find_nodes(op="call_function", target=C10D.all_reduce.default)[0].meta[REALIZE]  # the wait reads it
     nodes, was = {n.name: n for n in gm.graph.nodes}, {n.name: n for n in original.graph.nodes}
     assert [n.name for n in gm.graph.nodes if n.op != "get_attr"] == order  # nothing moved, nothing lost
-    assert not _is_control_deps(nodes[chain[0]])
-    for before, name in zip(chain, chain[1:]):  # each depends on the one before it, and runs its own op
-        assert _is_control_deps(nodes[name]) and nodes[name].args[0] == (nodes[before],)
-        assert _unwrapped(nodes[name]).target is was[name].target
+    for name in chain:  # each wrapped node depends on the one before it, and runs its own op
+        wrapped = [before for before, after in edges if after == name]
+        assert _is_control_deps(nodes[name]) == bool(wrapped)
+        if wrapped:
+            assert nodes[name].args[0] == (nodes[wrapped[0]],)
+            assert _unwrapped(nodes[name]).target is was[name].target
     gm.recompile()
     args = random_inputs(original, seed=1)
     assert all(torch.equal(a, b) for a, b in zip(run_local(original, args), run_local(gm, args)))
@@ -249,3 +289,56 @@ def test_llama_tp_order_reaches_the_generated_code():
 @pytest.mark.parametrize("name", ["simple_fsdp", "fsdp_tp"])
 def test_fsdp_models_order_reaches_the_generated_code(name):
     _check(*_compile_with_pass(name, layers=1))
+
+
+class _EveryLinkPinned:
+    """The pass unpinned, then every pinned node wrapped on the one before it (``implied``, ``matmuls``)."""
+
+    def __init__(self):
+        self.inner = SolvercastPass(time_limit=1, pin=False)
+
+    def __call__(self, graph):
+        self.inner(graph)
+        pin_order(graph, implied=True, matmuls=True)
+
+    def uuid(self):
+        return self.inner.uuid() + "every-link"
+
+
+@pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled")
+def test_pinning_adds_no_kernel_or_buffer_and_keeps_the_order():
+    """tp_mlp (mm -> gelu -> mm -> all_reduce -> wait -> add): pinned as the pass pins, the output code has
+    the kernels and buffers of the unpinned pass (data orders every link: nothing is wrapped); wrapping
+    every link instead costs a kernel (the post-grad reinplacing pass does not look into the wrapped
+    all_reduce, whose lowering then copies its input into a new buffer first)."""
+    from solvercast.models import build
+
+    gm = build("tp_mlp", layers=1)
+    counts, kept = {}, {}
+    for setting, graph_pass in [("pinned", SolvercastPass(time_limit=1)),
+                                ("unpinned", SolvercastPass(time_limit=1, pin=False)),
+                                ("every link", _EveryLinkPinned())]:
+        graphs, codes = _compile_graph_module(copy.deepcopy(gm), graph_pass)
+        (_, chosen), = graphs
+        (code,) = codes
+        counts[setting], kept[setting] = _code_counts(code), _code_kinds(code) == chosen
+    assert counts["pinned"] == counts["unpinned"]
+    assert kept["pinned"] and kept["every link"]
+    assert counts["every link"]["generated"] == counts["pinned"]["generated"] + 1
+
+
+@pytest.mark.heavy
+@pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled")
+@pytest.mark.parametrize("name", ["simple_fsdp", "fsdp_tp"])
+def test_fsdp_models_pinned_have_the_unpinned_kernels(name):
+    """In the backward of these two the matmuls after a wait read a pointwise value (silu times the
+    up projection) that Inductor, left alone, computes in one kernel with silu_backward: pinned, it is
+    realized outside the wrapped matmul, so the kernels are the unpinned pass's, in the pass's order."""
+    counts = {}
+    for setting, graph_pass in [("pinned", SolvercastPass(time_limit=1)),
+                                ("unpinned", SolvercastPass(time_limit=1, pin=False))]:
+        graphs, codes = _compile_with_pass(name, solver_pass=graph_pass, layers=1)
+        counts[setting] = sum(_code_counts(code)["generated"] for code in codes)
+        if setting == "pinned":
+            _check(graphs, codes)
+    assert counts["pinned"] == counts["unpinned"]

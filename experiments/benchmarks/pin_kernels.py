@@ -1,0 +1,136 @@
+"""What pinning the pass's order (`solvercast.fx.pin_order`) costs in Inductor's generated code: kernels and
+materialized buffers with and without it, next to Inductor alone, and whether the pass's order is kept.
+
+    python -m experiments.benchmarks.pin_kernels > table.md
+    python -m experiments.benchmarks.pin_kernels --models llama_tp,tp_mlp
+
+Each zoo model at one layer (its other parameters at their defaults) is compiled on CPU by
+``torch.compile`` three times: with ``SolvercastPass(time_limit=1)`` as Inductor's post-grad custom pass
+(pinning on), with ``SolvercastPass(time_limit=1, pin=False)``, and with a post-grad pass that changes
+nothing (Inductor alone). The DTensor models (``llama_tp``, ``simple_fsdp``, ``fsdp_tp``) are compiled
+forward and backward as ``tests/end_to_end/test_generated_code_order.py`` does; the traced models
+(``tp_mlp``, ``tp_block``, ``fsdp_layers``: aten graphs, ``fsdp_layers`` holds its own backward) are
+compiled as one inference graph, their placeholders fed random tensors. Collectives run on the fake
+process group (no communication), caches are off.
+
+Counted in each output code (``run_and_get_code``), forward and backward summed:
+
+* kernels: the kernels Inductor generates (``async_compile.cpp_pybinding`` / ``.cpp`` / ``.triton``
+  definitions: one per fused group) plus the extern kernel calls (``extern_kernels.*``: matmuls);
+* buffers: ``empty_strided*`` allocations (materialized buffers; reused buffers are not counted again);
+* order kept: whether the collectives, waits and matmuls in the code come in the order of the graph
+  Inductor was given after the custom pass (for Inductor alone: the traced order).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+import torch
+
+from experiments.common import below_commands, command_line
+
+DTENSOR = ("llama_tp", "simple_fsdp", "fsdp_tp")
+TRACED = ("tp_mlp", "tp_block", "fsdp_layers")
+SETTINGS = ("pinned", "unpinned", "inductor")
+
+def _unchanged_pass():
+    """A post-grad custom pass that leaves the graph as it is (Inductor alone, recorded the same way)."""
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class Unchanged(CustomGraphPass):
+        def __call__(self, graph):
+            return None
+
+        def uuid(self):
+            return "unchanged"
+
+    return Unchanged()
+
+
+def _compile_traced(name: str, solver_pass) -> tuple[list, list[str]]:
+    """A traced zoo model compiled as one graph with ``solver_pass``: (graphs' kinds, output codes)."""
+    from solvercast.models import build
+    from tests.end_to_end.test_generated_code_order import _compile_graph_module
+
+    return _compile_graph_module(build(name, layers=1), solver_pass)
+
+
+def run(name: str, setting: str, dump: str | None = None) -> dict:
+    """One compile of model ``name`` (``setting``: one of `SETTINGS`): counts, order kept, seconds; the
+    output codes are written to ``dump/<name>_<setting>_<i>.py`` when ``dump`` is given."""
+    from solvercast import SolvercastPass
+    from tests.end_to_end.test_generated_code_order import _code_counts, _code_kinds, _compile_with_pass
+
+    solver_pass = {"pinned": lambda: SolvercastPass(time_limit=1), "unpinned": lambda: SolvercastPass(time_limit=1, pin=False),
+                   "inductor": _unchanged_pass}[setting]()
+    start = time.perf_counter()
+    if name in DTENSOR:
+        graphs, codes = _compile_with_pass(name, solver_pass=solver_pass, layers=1)
+    else:
+        graphs, codes = _compile_traced(name, solver_pass)
+    seconds = time.perf_counter() - start
+    if dump:
+        os.makedirs(dump, exist_ok=True)
+        for i, code in enumerate(codes):
+            with open(os.path.join(dump, f"{name}_{setting}_{i}.py"), "w") as f:
+                f.write(code)
+    counts = [_code_counts(c) for c in codes]
+    total = {k: sum(c[k] for c in counts) for k in counts[0]}
+    kept = [_code_kinds(code) == chosen for (_, chosen), code in zip(graphs, codes)]
+    return {"model": name, "setting": setting, "graphs": len(codes), **total, "kept": kept, "seconds": seconds}
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+        return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv=None) -> int:
+    """Does pinning the pass's order add kernels or buffers to Inductor's code? Per model, the counts with
+    pinning, without it and with Inductor alone, and whether the order is kept. A markdown table to stdout
+    (result: experiments/results/pin_order.md, section "Kernels and buffers")."""
+    ap = command_line("experiments.benchmarks.pin_kernels", main.__doc__, below_commands(__doc__))
+    ap.add_argument("--models", default=",".join(DTENSOR + TRACED),
+                    help=f"comma-separated, of {', '.join(DTENSOR + TRACED)} (default: all)")
+    ap.add_argument("--dump", default=None, help="a folder to write each output code to (default: none)")
+    args = ap.parse_args(argv)
+    models = [m for m in args.models.split(",") if m]
+    unknown = [m for m in models if m not in DTENSOR + TRACED]
+    if unknown:
+        ap.error(f"unknown models {unknown}")
+    command = "python -m experiments.benchmarks.pin_kernels " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    print(f"Command: `{command}`; commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+          f"torch {torch.__version__}, CPU.\n")
+    print("| model | graphs | kernels pinned / unpinned / Inductor alone | extern calls | buffers pinned / unpinned / "
+          "Inductor alone | order kept pinned | order kept unpinned | order kept Inductor alone | compile s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in models:
+        rows = {}
+        for setting in SETTINGS:
+            try:
+                rows[setting] = run(name, setting, args.dump)
+            except Exception as e:  # a model that does not compile on this machine: say so, go on
+                print(f"| {name} | {setting}: {type(e).__name__}: {str(e).splitlines()[0][:120]} |||||||", flush=True)
+                break
+        else:
+            r = [rows[s] for s in SETTINGS]
+            secs = " / ".join(f"{x['seconds']:.0f}" for x in r)
+            kept = lambda x: ", ".join("yes" if k else "no" for k in x["kept"])  # noqa: E731
+            print(f"| {name} | {r[0]['graphs']} | {' / '.join(str(x['generated']) for x in r)} | "
+                  f"{' / '.join(str(x['extern']) for x in r)} | {' / '.join(str(x['buffers']) for x in r)} | "
+                  f"{kept(r[0])} | {kept(r[1])} | {kept(r[2])} | {secs} |",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
