@@ -127,14 +127,25 @@ class FakeReader:
 def fake_process_groups(pg_config: dict):
     """Fake process groups of ``pg_config``'s sizes, registered under its names (what run.py's
     ``setup_process_groups`` gives the repro), without a default group: a process that has one already (the
-    tests, solvercast's model builders) keeps it. The names are unregistered on exit. Yields the largest size."""
-    for name, info in pg_config.items():
-        register_fake_group(name, info["size"])
+    tests, solvercast's model builders) keeps it. A group registered under one of the names before (a default
+    group is named "0") is set aside and registered again on exit. Yields the largest size."""
+    c10d = torch._C._distributed_c10d
+    set_aside = {}
+    for name in pg_config:
+        try:
+            set_aside[name] = c10d._resolve_process_group(name)
+        except Exception:  # no group of that name
+            continue
+        c10d._unregister_process_group(name)
     try:
+        for name, info in pg_config.items():
+            register_fake_group(name, info["size"])
         yield max(info["size"] for info in pg_config.values())
     finally:
         for name in pg_config:
-            torch._C._distributed_c10d._unregister_process_group(name)
+            c10d._unregister_process_group(name)
+        for name, pg in set_aside.items():
+            c10d._register_process_group(name, pg)
 
 
 @contextlib.contextmanager
