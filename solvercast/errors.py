@@ -28,6 +28,10 @@ class LoweringError(SolvercastError, ValueError):
     """The graph, the problem and the schedule do not belong together."""
 
 
+class RewriteError(SolvercastError, ValueError):
+    """A rewrite the graph cannot take (e.g. a bucket whose launch would wait on its own result)."""
+
+
 class MeasureError(SolvercastError, ValueError):
     """The module cannot be measured: a distributed op without an asynchronous stand-in, or a
     collective without a duration."""

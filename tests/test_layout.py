@@ -30,6 +30,7 @@ FLOORS = {
     "solvercast.cost": 3,  # device profiles, roofline, cost models, calibration
     "solvercast.fx": 4, "solvercast.models": 4,  # FX <-> IR (extract, lower, pinning, streams); workloads
     "solvercast.solvers": 5, "solvercast.heuristics": 5,  # methods on the IR, side by side
+    "solvercast.rewrites": 5,  # graph rewrites the optimizer may choose (bucketing): FX in, FX out
     "solvercast.runtime": 6,  # measuring lowered modules, pictures
     "solvercast.pipeline": 7,  # methods registry, time plan, portfolio, pareto, report, api, cli
     "solvercast.testing": 8,  # random problems and programs for tests and experiments

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 
@@ -15,7 +16,10 @@ from solvercast.fx.compile_streams import annotate_graph_in_place, dynamo_regist
 from solvercast.fx.lower import graph_module
 from solvercast.fx.pin_order import pin_order
 from solvercast.gc_paused import gc_paused
+from solvercast.ir.budget import resolve_budget
+from solvercast.pipeline.buckets import choose_buckets
 from solvercast.pipeline.pareto import pareto
+from solvercast.rewrites.bucketing import BucketOptions
 from solvercast.pipeline.solve import (OptimizeResult, check_arguments, extract_for_optimize, optimize_extracted,
                                        unanalysed)
 from solvercast.pipeline.time_plan import can_analyse
@@ -38,6 +42,7 @@ def optimize(
     cost_model=None,
     progress: Callable[[str], None] | None = None,
     tuning: Tuning | None = None,
+    bucketing: bool | BucketOptions = True,
 ) -> OptimizeResult:
     """Reorder ``gm`` (and assign streams) to minimize its step time within a memory budget.
 
@@ -50,7 +55,13 @@ def optimize(
     analytic model (e.g. `solvercast.cost.calibrate` or `solvercast.cost.profiled`'s).
     ``tuning``: the time shares, rates and window sizes of the time plan and
     the solvers (`solvercast.pipeline.tuning.Tuning`; None: the shipped
-    `DEFAULT_TUNING`), varied with `dataclasses.replace`.
+    `DEFAULT_TUNING`), varied with `dataclasses.replace`. ``bucketing``:
+    whether collectives of one kind and group may share a launch, chosen
+    with the schedule under the budget (`solvercast.pipeline.buckets`):
+    True (any kind), False (never), or a
+    `solvercast.rewrites.bucketing.BucketOptions` (which kinds; ``bitwise=True``
+    only merges whose results are bitwise the unmerged ones). Not with a list
+    of budgets.
 
     Returns an `OptimizeResult`; ``res.gm`` is a new module. If no method
     beats the original order, the original order is returned and the report
@@ -73,11 +84,52 @@ def optimize(
                                  method=method, preserve_collective_order=preserve_collective_order,
                                  deterministic=deterministic, comm_ops=comm_ops, cost_fn=cost_fn, cost_model=cost_model,
                                  progress=progress, tuning=tuning)
-    extracted = extract_for_optimize(gm, device=device, compute_streams=compute_streams, comm_ops=comm_ops,
-                                     cost_fn=cost_fn, cost_model=cost_model,
-                                     preserve_collective_order=preserve_collective_order)
-    return optimize_extracted(gm, extracted, time_limit, memory_budget, method, deterministic, started=started,
-                              cost_model=cost_model, progress=progress, tuning=tuning)
+    def extract(graph: fx.GraphModule):
+        return extract_for_optimize(graph, device=device, compute_streams=compute_streams, comm_ops=comm_ops,
+                                    cost_fn=cost_fn, cost_model=cost_model,
+                                    preserve_collective_order=preserve_collective_order)
+
+    extracted = extract(gm)
+    options = bucket_options(bucketing)
+    if options is None or method == "original":
+        return optimize_extracted(gm, extracted, time_limit, memory_budget, method, deterministic, started=started,
+                                  cost_model=cost_model, progress=progress, tuning=tuning)
+    return _optimize_bucketed(gm, extracted, extract, options, time_limit, memory_budget, method, deterministic,
+                              started, cost_model, progress, tuning)
+
+
+def bucket_options(bucketing: bool | BucketOptions) -> BucketOptions | None:
+    """``optimize``'s ``bucketing`` argument as options (None: off)."""
+    if isinstance(bucketing, BucketOptions):
+        return bucketing
+    if isinstance(bucketing, bool):
+        return BucketOptions() if bucketing else None
+    raise ValueError(f"bucketing must be True, False or a BucketOptions, got {bucketing!r}")
+
+
+def _optimize_bucketed(gm, extracted, extract, options: BucketOptions, time_limit: float, memory_budget, method: str,
+                       deterministic: bool, started: float, cost_model, progress, tuning: Tuning) -> OptimizeResult:
+    """`optimize` with buckets chosen by the heuristics' step under the budget (`choose_buckets`), then the
+    chosen graph ordered by ``method``; the report's baseline stays the input graph's original order."""
+    baseline = extracted.baseline
+    budget = resolve_budget(memory_budget, lambda: baseline.peak_memory, default=baseline.peak_memory)
+    say = (lambda msg: None) if progress is None else progress
+    rate = tuning.time_plan.work_per_second
+    choice = choose_buckets(gm, extracted, extract, budget, options,
+                            work_limit=tuning.time_plan.bucket_share * time_limit * rate,
+                            extract_work_per_task=tuning.time_plan.extract_seconds_per_task * rate, say=say,
+                            deadline=float("inf") if deterministic else started + tuning.time_plan.bucket_share * time_limit)
+    res = optimize_extracted(choice.gm, choice.extracted, time_limit, math.inf if budget is None else budget, method,
+                             deterministic, started=started, cost_model=cost_model, progress=progress, tuning=tuning)
+    report = dataclasses.replace(res.report, buckets=choice.summary(),
+                                 phases=res.report.phases | {"buckets": round(choice.seconds, 4)})
+    if not choice.plan.buckets:
+        return dataclasses.replace(res, report=report)
+    report = dataclasses.replace(
+        report, baseline_makespan=baseline.makespan, baseline_exposed_comm=baseline.exposed_comm,
+        baseline_peak_memory=baseline.peak_memory, memory_budget=budget)
+    return dataclasses.replace(res, report=report, baseline=baseline, baseline_problem=extracted.problem,
+                               buckets=choice)
 
 
 def _optimize_budgets(gm, budgets, time_limit: float, **options) -> OptimizeResult:

@@ -55,6 +55,9 @@ class Report:
     costs: str | None = None
     # what extraction derived or assumed about the graph (`Problem.notes`), one line each
     notes: tuple = ()
+    # which collectives share a launch, whether results stay bitwise, what the plans tried gave
+    # (`solvercast.pipeline.buckets.BucketChoice.summary`); None when bucketing was off
+    buckets: str | None = None
     # False when the time limit could not pay for reading the graph: the module came back untouched, and
     # every figure above is None (`Report.unanalysed`)
     analysed: bool = True
@@ -157,6 +160,8 @@ class Report:
             lines.append(f"  earlier graphs   {n} wait{'s' if n > 1 else ''} on a collective an earlier graph launched "
                          f"({', '.join(self.earlier_collectives[:3])}{', ...' if n > 3 else ''}): taken as finished "
                          "when this graph starts, as PyTorch's overlap scheduler takes them")
+        if self.buckets:
+            lines.append(f"  buckets          {self.buckets}")
         if self.costs:
             lines.append(f"  costs            {self.costs}")
         lines += [f"  note             {n}" for n in self.notes]

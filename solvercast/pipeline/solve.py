@@ -46,6 +46,17 @@ class OptimizeResult:
     baseline: SimResult | None
     optimized: SimResult | None
     frontier: object = None  # `solvercast.pipeline.pareto.Frontier` when several memory budgets were given
+    # with buckets (`solvercast.pipeline.buckets.BucketChoice`): ``problem`` and ``schedule`` are the bucketed
+    # graph's, ``baseline`` the input graph's original order, of ``baseline_problem``
+    buckets: object = None
+    baseline_problem: Problem | None = None
+
+    def _runs(self) -> dict:
+        baseline = self.baseline if self.baseline_problem is None else (self.baseline_problem, self.baseline)
+        return {"baseline": baseline, "optimized": self.optimized}
+
+    def _members(self) -> dict:
+        return {} if self.buckets is None else self.buckets.launch_members()
 
     def _require_analysis(self) -> None:
         if not self.report.analysed:
@@ -55,14 +66,14 @@ class OptimizeResult:
         """The predicted baseline and optimized schedules as a Chrome trace (Perfetto, chrome://tracing)."""
         self._require_analysis()
 
-        write_chrome_trace(path, self.problem, {"baseline": self.baseline, "optimized": self.optimized},
-                           memory_budget=self.report.memory_budget)
+        write_chrome_trace(path, self.problem, self._runs(), memory_budget=self.report.memory_budget,
+                           members=self._members())
 
     def plot(self, path: str) -> None:
         """A PNG: Gantt chart per stream (baseline above, optimized below) and memory against the budget."""
         self._require_analysis()
-        plot_schedules(path, self.problem, {"baseline": self.baseline, "optimized": self.optimized},
-                       memory_budget=self.report.memory_budget, frontier=self.frontier)
+        plot_schedules(path, self.problem, self._runs(), memory_budget=self.report.memory_budget,
+                       frontier=self.frontier, members=self._members())
 
 
 def check_arguments(method: str, time_limit: float) -> None:

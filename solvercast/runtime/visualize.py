@@ -46,12 +46,21 @@ def memory_curve(problem: Problem, sim: SimResult) -> tuple[list[int], list[int]
     return merged_times, out
 
 
+def _per_run(problem: Problem, runs: dict) -> dict[str, tuple[Problem, SimResult]]:
+    """Each run with its problem: a run is a `SimResult` of ``problem``, or a ``(Problem, SimResult)`` pair
+    when it schedules another graph (the original graph beside its bucketed rewrite)."""
+    return {label: run if isinstance(run, tuple) else (problem, run) for label, run in runs.items()}
+
+
 def write_chrome_trace(path: str | Path, problem: Problem, runs: dict[str, SimResult],
-                       memory_budget: int | None = None) -> None:
+                       memory_budget: int | None = None, members: dict[str, tuple[str, ...]] | None = None) -> None:
     """One process per run (e.g. baseline, optimized), one thread per stream,
-    memory as a counter track. Times in microseconds as the format wants."""
+    memory as a counter track. Times in microseconds as the format wants. A run is a `SimResult` of
+    ``problem`` or a ``(Problem, SimResult)`` pair; ``members``: a bucket's task name -> the collectives it
+    launches, shown in its event's args."""
     events = []
-    for pid, (label, sim) in enumerate(runs.items()):
+    members = members or {}
+    for pid, (label, (problem, sim)) in enumerate(_per_run(problem, runs).items()):
         events.append({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": label}})
         for s in range(problem.machine.num_streams):
             events.append({"ph": "M", "pid": pid, "tid": s, "name": "thread_name",
@@ -62,7 +71,8 @@ def write_chrome_trace(path: str | Path, problem: Problem, runs: dict[str, SimRe
             events.append({
                 "ph": "X", "pid": pid, "tid": sim.streams[t], "name": task.name, "cat": task.role.value,
                 "ts": sim.start[t] / 1e3, "dur": (sim.end[t] - sim.start[t]) / 1e3,
-                "args": {"op": task.op, "occupancy": task.occupancy},
+                "args": {"op": task.op, "occupancy": task.occupancy}
+                | ({"members": list(members[task.name])} if task.name in members else {}),
             })
         for ts, resident in zip(*memory_curve(problem, sim)):
             args = {"resident MiB": resident / 2**20}
@@ -90,9 +100,14 @@ def _short_op(op: str) -> str:
 
 
 def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult],
-                   memory_budget: int | None = None, frontier=None) -> None:
+                   memory_budget: int | None = None, frontier=None,
+                   members: dict[str, tuple[str, ...]] | None = None) -> None:
     """Gantt chart per stream for each run (stacked), the memory curves against the budget, and with a
-    ``frontier`` (`solvercast.pipeline.pareto.Frontier`) makespan against peak memory, one point per budget."""
+    ``frontier`` (`solvercast.pipeline.pareto.Frontier`) makespan against peak memory, one point per budget.
+    A run is a `SimResult` of ``problem`` or a ``(Problem, SimResult)`` pair; ``members``: a bucket's task
+    name -> the collectives it launches (its bar reads ``AGx4``)."""
+    members = members or {}
+    runs = _per_run(problem, runs)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -107,8 +122,8 @@ def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult
     if frontier is not None:
         _plot_frontier(axes[-1], frontier)
         axes = axes[:-1]
-    horizon = max(sim.makespan for sim in runs.values()) / 1e3
-    for ax, (label, sim) in zip(axes, runs.items()):
+    horizon = max(sim.makespan for _, sim in runs.values()) / 1e3
+    for ax, (label, (problem, sim)) in zip(axes, runs.items()):
         for t, task in enumerate(problem.tasks):
             if task.role == Role.FREE:
                 continue
@@ -119,7 +134,7 @@ def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult
                 continue
             ax.barh(row, width, left=sim.start[t] / 1e3, height=0.8, color=_COLORS[task.role],
                     edgecolor="white", linewidth=0.3)
-            name = _short_op(task.op)
+            name = _short_op(task.op) + (f"x{len(members[task.name])}" if task.name in members else "")
             if width >= horizon * _LABEL_CHARS_WIDTH * len(name):  # label the bars the name fits in
                 ax.text(sim.start[t] / 1e3 + width / 2, row, name, ha="center", va="center", fontsize=6,
                         color="white", clip_on=True)
@@ -129,7 +144,7 @@ def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult
     axes[0].legend(handles=[Patch(color=c, label=r.value) for r, c in _COLORS.items()], loc="upper right",
                    fontsize=8)
     mem_ax = axes[-1]
-    for label, sim in runs.items():
+    for label, (problem, sim) in runs.items():
         times, resident = memory_curve(problem, sim)
         mem_ax.step([x / 1e3 for x in times], [r / 2**20 for r in resident], where="post", label=label)
     if memory_budget is not None:

@@ -1,0 +1,132 @@
+"""Choosing buckets with the schedule: which collectives share a launch is decided by the step time the
+schedule reaches under the memory budget, never by a fixed size.
+
+The search walks plans (`solvercast.rewrites.bucketing.BucketGraph.greedy`: consecutive collectives of
+one kind and group share a launch up to a byte cap per kind). For each kind in turn it tries caps from
+small to large, each plan's graph extracted and scheduled by the heuristics (the solver's warm starts)
+under the caller's budget, and keeps a cap only where the step gets shorter; a kind stops growing after a
+cap that does not pay. The budget is bytes of the unbucketed graph's peak, so a plan that holds more
+memory than the budget allows is never taken. The solver then orders the chosen plan's graph
+(`solvercast.pipeline.solve.optimize_extracted`).
+
+The plan is a function of the graph, the options and the deterministic work limits, so every rank
+builds the same buckets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch.fx as fx
+
+from solvercast.errors import InfeasibleBudgetError
+from solvercast.graph.collectives import kind_of_op
+from solvercast.graph.fxmeta import op_target
+from solvercast.heuristics import best_heuristic
+from solvercast.heuristics.work import WorkBudget, work_budget
+from solvercast.ir.simulate import simulate
+from solvercast.rewrites.bucketing import BITWISE_KINDS, BucketGraph, BucketOptions, BucketPlan, apply_buckets
+
+#: each kind's caps, as multiples of its median collective's input bytes (1: no merge)
+CAP_MULTIPLES = (2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass
+class BucketChoice:
+    """The plan taken, its graph and what the search saw. ``tried``: (plan line, step ns or None when no
+    schedule fit the budget), in the order tried."""
+
+    plan: BucketPlan
+    gm: fx.GraphModule
+    extracted: object  # `solvercast.pipeline.solve.Extracted` of ``gm``
+    graph: BucketGraph
+    step: int | None  # the heuristics' step on the chosen plan's graph
+    unbucketed_step: int | None
+    tried: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    def launch_members(self) -> dict[str, tuple[str, ...]]:
+        """Each bucket's launch (its node's name in the bucketed graph) -> the collectives it launches."""
+        launches = [n.name for n in self.gm.graph.nodes if n.name.startswith("bucket_")
+                    and n.op == "call_function" and kind_of_op(op_target(n.target)) is not None]
+        return dict(zip(launches, self.plan.buckets))
+
+    def summary(self) -> str:
+        """One line for the report: what was merged, whether the results stay bitwise, what it bought."""
+        sites = self.graph.by_name
+        if not self.plan.buckets:
+            return f"no buckets: none of {len(self.tried)} plans tried shortened the step" if self.tried \
+                else "no buckets: no two collectives may share a launch"
+        kinds = {sites[b[0]].kind for b in self.plan.buckets}
+        bitwise = all(k in BITWISE_KINDS for k in kinds)
+        gain = "" if self.step is None or not self.unbucketed_step else \
+            f"; the heuristics' step {self.unbucketed_step / 1e3:,.1f} -> {self.step / 1e3:,.1f} us"
+        return (f"{self.plan.describe(sites)} ({len(self.tried)} plans tried{gain}); "
+                + ("bitwise identical results" if bitwise else
+                   "reduce_scatter/all_reduce buckets may sum in another order (not bitwise; "
+                   "BucketOptions(bitwise=True) forbids them)"))
+
+
+def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: int | None, options: BucketOptions,
+                   work_limit: float | None, extract_work_per_task: float, say: Callable[[str], None],
+                   deadline: float = float("inf")) -> BucketChoice:
+    """The plan whose graph the heuristics schedule fastest within ``budget`` bytes (None: no budget).
+    ``unbucketed``: ``gm``'s `Extracted`; ``extract(gm)``: the `Extracted` of a bucketed graph;
+    ``work_limit``: the heuristic work (`heuristics.work`, reference microseconds) all plans together may
+    spend, each plan's extraction counted as ``extract_work_per_task`` per task: no plan is tried once it
+    is spent (None: no limit). ``deadline``: a `time.perf_counter` reading after which no plan is tried
+    (wall clock: pass it only where ranks need not agree)."""
+    started = time.perf_counter()
+    graph = BucketGraph(gm, options)
+    kinds = sorted({s.kind for s in graph.sites}, key=lambda k: -sum(s.input_bytes for s in graph.sites if s.kind == k))
+    work = WorkBudget(limit=work_limit)
+
+    def step_of(extracted) -> int | None:
+        problem = extracted.problem.with_budget(budget)
+        work.spent += extract_work_per_task * problem.num_tasks
+        with work_budget(work):
+            try:
+                schedule = best_heuristic(problem, memory_budget=budget, original_simulation=extracted.baseline)
+            except InfeasibleBudgetError:
+                return None
+        return simulate(problem, schedule).makespan
+
+    def spent() -> bool:
+        return time.perf_counter() > deadline or (work_limit is not None and work.spent >= work_limit)
+
+    base_step = step_of(unbucketed)
+    best = BucketChoice(BucketPlan(), gm, unbucketed, graph, base_step, base_step)
+    caps: dict[str, int] = {}
+    for kind in kinds:
+        sizes = sorted(s.input_bytes for s in graph.sites if s.kind == kind)
+        median, total = sizes[len(sizes) // 2], sum(sizes)
+        if len(sizes) < 2:
+            continue
+        last_plan = BucketPlan()
+        for multiple in CAP_MULTIPLES:
+            if spent():
+                break
+            cap = median * multiple
+            plan = graph.greedy(caps | {kind: cap})
+            if plan == last_plan or plan == best.plan:
+                if cap >= total:
+                    break
+                continue
+            last_plan = plan
+            bucketed = apply_buckets(gm, plan, graph)
+            extracted = extract(bucketed)
+            step = step_of(extracted)
+            best.tried.append((plan.describe(graph.by_name), step))
+            say(f"buckets: {plan.describe(graph.by_name)}: step "
+                + ("over the budget" if step is None else f"{step / 1e3:,.1f} us"))
+            if step is not None and (best.step is None or step < best.step):
+                best.plan, best.gm, best.extracted, best.step = plan, bucketed, extracted, step
+                caps[kind] = cap
+            elif step is None or step > best.step:
+                break  # a larger cap holds more and launches later still
+            if cap >= total:
+                break
+    best.seconds = time.perf_counter() - started
+    return best

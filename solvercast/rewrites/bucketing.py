@@ -1,0 +1,372 @@
+"""Bucketing: several asynchronous collectives of one kind and group launched as one.
+
+Each collective pays a fixed cost (latency steps, a kernel launch); merging
+k of them pays it once, at the price of copies in and out, a later launch
+(the bucket waits for its last input) and memory (the bucket's buffers live
+until their last reader). Whether that pays depends on the schedule, so the
+rewrite is a decision the pipeline takes with the order
+(`solvercast.pipeline.buckets`); this module knows what may merge and how a
+merge is written:
+
+* `bucket_sites`: the collectives a bucket may take: an all_gather,
+  reduce_scatter or all_reduce of `_c10d_functional` with exactly one wait
+  and a contiguous tensor input whose value is known.
+* Sites with the same `Site.key` (kind, process group, group size, dtype,
+  reduce op) may share a launch unless one's input depends on another's
+  result (a merge would then wait on itself): `BucketGraph.legal`.
+* `BucketPlan`: the buckets, each a tuple of collective node names in graph
+  order. A plan is a function of the graph and the options only, so every
+  rank builds the same buckets.
+* `apply_buckets`: the graph with each bucket written as PyTorch's bucketing
+  passes write one, in ordinary aten ops: the members' inputs flattened into
+  one buffer (``cat``), one collective, one wait, and each member's result
+  taken back out (all_gather: a copy out of the gathered rows;
+  reduce_scatter and all_reduce: views of the flat result).
+
+Numerics: a bucketed all_gather moves the same bytes (bitwise identical).
+A bucketed reduce_scatter or all_reduce reduces every element over the same
+ranks, but the transport may sum in another order for an element at another
+offset (NCCL's ring and tree chunk the flat buffer), so it need not be
+bitwise identical: `BucketOptions.bitwise` forbids them.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from solvercast.errors import RewriteError
+from solvercast.graph.collectives import collective_kind_and_group, wait_op
+from solvercast.graph.fxmeta import hint_int, node_val, op_target
+
+__all__ = ["BUCKET_KINDS", "BITWISE_KINDS", "BucketOptions", "Site", "BucketPlan", "BucketGraph", "bucket_sites",
+           "apply_buckets"]
+
+_C10D = torch.ops._c10d_functional
+_ATEN = torch.ops.aten
+
+#: the functional op each bucketable kind is launched with
+_OPS = {"all_gather": _C10D.all_gather_into_tensor.default,
+        "reduce_scatter": _C10D.reduce_scatter_tensor.default,
+        "all_reduce": _C10D.all_reduce.default}
+BUCKET_KINDS = tuple(_OPS)
+#: kinds whose bucketed result is bitwise the members' results on every transport
+BITWISE_KINDS = ("all_gather",)
+
+
+@dataclass(frozen=True)
+class BucketOptions:
+    """What bucketing may do. ``kinds``: the collective kinds it may merge; ``bitwise``: only merges whose
+    results are bitwise the unmerged ones (all_gather), never one that may sum in another order."""
+
+    kinds: tuple[str, ...] = BUCKET_KINDS
+    bitwise: bool = False
+
+    def __post_init__(self):
+        unknown = [k for k in self.kinds if k not in BUCKET_KINDS]
+        if unknown:
+            raise ValueError(f"bucketing cannot merge {unknown}; it merges {list(BUCKET_KINDS)}")
+
+    @property
+    def allowed_kinds(self) -> tuple[str, ...]:
+        return tuple(k for k in self.kinds if not self.bitwise or k in BITWISE_KINDS)
+
+
+@dataclass(frozen=True)
+class Site:
+    """One collective a bucket may take."""
+
+    collective: str  # its node's name
+    wait: str  # the name of the wait that completes it
+    kind: str  # all_gather, reduce_scatter or all_reduce
+    key: tuple  # (kind, group name, group size, dtype, reduce op): sites of one key may share a launch
+    input_bytes: int  # this rank's input
+
+
+@dataclass(frozen=True)
+class BucketPlan:
+    """The buckets: each a tuple of two or more collective node names in graph order. Collectives in no
+    bucket launch alone."""
+
+    buckets: tuple[tuple[str, ...], ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "buckets", tuple(tuple(b) for b in self.buckets if len(b) >= 2))
+
+    @property
+    def merged(self) -> int:
+        """Collectives that share a launch."""
+        return sum(len(b) for b in self.buckets)
+
+    def describe(self, sites: dict[str, Site]) -> str:
+        """One line: per kind, how many collectives became how many launches."""
+        if not self.buckets:
+            return "no buckets"
+        per_kind: dict[str, list[int]] = defaultdict(list)
+        for bucket in self.buckets:
+            per_kind[sites[bucket[0]].kind].append(len(bucket))
+        return "; ".join(f"{kind}: {sum(sizes)} collectives in {len(sizes)} launches"
+                         for kind, sizes in sorted(per_kind.items()))
+
+
+def _group_of(node: fx.Node, kind: str) -> str:
+    args = node.args
+    return str(args[2] if kind == "all_gather" else args[3] if kind == "reduce_scatter" else args[2])
+
+
+def bucket_sites(gm: fx.GraphModule, options: BucketOptions = BucketOptions()) -> list[Site]:
+    """The collectives of ``gm`` a bucket may take, in graph order (see the module docstring)."""
+    wait = wait_op()
+    kinds = {_OPS[k]: k for k in options.allowed_kinds}
+    sites = []
+    for node in gm.graph.nodes:
+        kind = kinds.get(op_target(node.target)) if node.op == "call_function" else None
+        if kind is None or node.kwargs or not isinstance(node.args[0], fx.Node):
+            continue
+        users = list(node.users)
+        if len(users) != 1 or op_target(users[0].target) is not wait:
+            continue
+        val = node_val(node.args[0])
+        if not isinstance(val, torch.Tensor) or not val.is_contiguous() or val.dim() == 0:
+            continue
+        _, group_size, _ = collective_kind_and_group(node)
+        if kind == "reduce_scatter" and hint_int(val.shape[0], fallback=0) % group_size:
+            continue  # rows of ranks must divide evenly
+        reduce_op = "" if kind == "all_gather" else str(node.args[1])
+        key = (kind, _group_of(node, kind), group_size, val.dtype, reduce_op)
+        nbytes = hint_int(val.numel(), fallback=None) * val.element_size()
+        sites.append(Site(node.name, users[0].name, kind, key, nbytes))
+    return sites
+
+
+class BucketGraph:
+    """The sites of one graph and which of them may share a launch.
+
+    ``after[s]``: the sites whose wait some ancestor of site ``s``'s input is (or is downstream of), as a
+    bit set: a bucket holding ``s`` and one of them would wait on its own result."""
+
+    def __init__(self, gm: fx.GraphModule, options: BucketOptions = BucketOptions()):
+        self.gm = gm
+        self.sites = bucket_sites(gm, options)
+        self.by_name = {s.collective: s for s in self.sites}
+        index = {s.wait: i for i, s in enumerate(self.sites)}
+        below: dict[fx.Node, int] = {}  # node -> the sites' waits it depends on (bit set)
+        collective_input: dict[str, int] = {}
+        wanted = {s.collective for s in self.sites}
+        for node in gm.graph.nodes:
+            bits = 0
+            for inp in node.all_input_nodes:
+                bits |= below.get(inp, 0)
+            if node.name in index:
+                bits |= 1 << index[node.name]
+            below[node] = bits
+            if node.name in wanted:
+                collective_input[node.name] = below.get(node.args[0], 0)
+        self.after = [collective_input[s.collective] for s in self.sites]
+        self.position = {s.collective: i for i, s in enumerate(self.sites)}
+
+    def legal(self, names) -> bool:
+        """Whether the sites named may share one launch: one key, and no one's input depends on another's
+        result."""
+        members = [self.position[n] for n in names]
+        if len({self.sites[i].key for i in members}) != 1:
+            return False
+        mask = sum(1 << i for i in members)
+        return all(not self.after[i] & mask for i in members)
+
+    def by_key(self) -> dict[tuple, list[Site]]:
+        """The sites of each key, in graph order."""
+        out: dict[tuple, list[Site]] = defaultdict(list)
+        for s in self.sites:
+            out[s.key].append(s)
+        return dict(out)
+
+    def check(self, plan: BucketPlan) -> None:
+        """Raises `RewriteError` unless every bucket of ``plan`` names sites of this graph, each once,
+        that may share a launch."""
+        seen: set[str] = set()
+        for bucket in plan.buckets:
+            unknown = [n for n in bucket if n not in self.by_name]
+            if unknown:
+                raise RewriteError(f"bucket {list(bucket)}: {unknown} is no collective a bucket may take "
+                                   "(an all_gather, reduce_scatter or all_reduce with one wait and a contiguous input)")
+            twice = seen.intersection(bucket)
+            if twice:
+                raise RewriteError(f"{sorted(twice)} is in two buckets")
+            seen.update(bucket)
+            if len({self.by_name[n].key for n in bucket}) != 1:
+                raise RewriteError(f"bucket {list(bucket)} mixes kinds, groups, dtypes or reduce ops")
+            if not self.legal(bucket):
+                raise RewriteError(f"bucket {list(bucket)}: one member's input depends on another member's "
+                                   "result; one launch would wait on itself")
+            if list(bucket) != sorted(bucket, key=self.position.__getitem__):
+                raise RewriteError(f"bucket {list(bucket)} is not in graph order")
+
+    def greedy(self, cap_bytes: dict[str, int]) -> BucketPlan:
+        """Consecutive sites of one key, in graph order, share a launch while their inputs total at most
+        ``cap_bytes[kind]`` bytes (a kind not named is not merged) and the merge is legal."""
+        buckets = []
+        for key, sites in self.by_key().items():
+            cap = cap_bytes.get(key[0], 0)
+            if cap <= 0:
+                continue
+            current: list[Site] = []
+            total = mask = 0
+            for s in sites:
+                i = self.position[s.collective]
+                fits = current and total + s.input_bytes <= cap and not self.after[i] & mask \
+                    and not any(self.after[self.position[c.collective]] & (1 << i) for c in current)
+                if not fits:
+                    buckets.append(tuple(c.collective for c in current))
+                    current, total, mask = [], 0, 0
+                current.append(s)
+                total += s.input_bytes
+                mask |= 1 << i
+            buckets.append(tuple(c.collective for c in current))
+        order = {s.collective: i for i, s in enumerate(self.sites)}
+        return BucketPlan(tuple(sorted((b for b in buckets if len(b) >= 2), key=lambda b: order[b[0]])))
+
+
+class _Writer:
+    """Writes one bucketed graph: nodes in the original order, each emitted after its inputs; a bucket's
+    launch where its first member was, pulling the other members' inputs up; its wait where its first
+    member's wait was."""
+
+    def __init__(self, gm: fx.GraphModule, plan: BucketPlan, sites: dict[str, Site]):
+        self.gm, self.sites = gm, sites
+        self.graph = fx.Graph()
+        self.env: dict[fx.Node, fx.Node] = {}
+        self.by_name = {n.name: n for n in gm.graph.nodes}
+        self.bucket_of = {name: i for i, b in enumerate(plan.buckets) for name in b}
+        self.wait_bucket = {sites[name].wait: i for i, b in enumerate(plan.buckets) for name in b}
+        self.buckets = plan.buckets
+        self.launched: dict[int, fx.Node] = {}
+        self.mode = detect_fake_mode([v for v in tree_flatten([n.meta.get("val") for n in gm.graph.nodes])[0]
+                                      if isinstance(v, FakeTensor)]) or FakeTensorMode(allow_non_fake_inputs=True)
+
+    def write(self) -> fx.GraphModule:
+        for node in self.gm.graph.nodes:
+            self._emit(node)
+        out = fx.GraphModule(self.gm, self.graph)
+        out.meta.update(getattr(self.gm, "meta", {}))
+        return out
+
+    def _emit(self, root: fx.Node) -> None:
+        stack = [root]  # iterative: graphs run to thousands of nodes deep
+        while stack:
+            node = stack[-1]
+            if node in self.env:
+                stack.pop()
+                continue
+            pending = [inp for inp in self._needs(node) if inp not in self.env]
+            if pending:
+                stack.extend(reversed(pending))
+                continue
+            stack.pop()
+            self._place(node)
+
+    def _needs(self, node: fx.Node) -> list[fx.Node]:
+        """What must be written before ``node``: a bucket's launch needs every member's input."""
+        i = self.bucket_of.get(node.name)
+        if i is not None:
+            return [self.by_name[name].args[0] for name in self.buckets[i]]
+        i = self.wait_bucket.get(node.name)
+        if i is not None:
+            return [self.by_name[name] for name in self.buckets[i]]
+        return node.all_input_nodes
+
+    def _place(self, node: fx.Node) -> None:
+        i = self.bucket_of.get(node.name)
+        if i is not None:  # a member: the bucket launches at the first member reached
+            for name in self.buckets[i]:
+                self.env[self.by_name[name]] = self.launched.get(i) or self._launch(i)
+            return
+        i = self.wait_bucket.get(node.name)
+        if i is not None:  # a member's wait: the bucket is waited on once, and every member's result taken out
+            for name, result in zip(self.buckets[i], self._wait(i)):
+                self.env[self.by_name[self.sites[name].wait]] = result
+            return
+        new = self.graph.node_copy(node, lambda n: self.env[n])
+        self.env[node] = new
+
+    # ---- writing one bucket -----------------------------------------------------------------------
+    def _add(self, target, args, name: str, kwargs=None) -> fx.Node:
+        """A call_function node whose meta["val"] is ``target`` run on its arguments' fake values."""
+        node = self.graph.create_node("call_function", target, args, kwargs or {}, name=name)
+
+        def fake(v):
+            return self.mode.from_tensor(v) if isinstance(v, torch.Tensor) and not isinstance(v, FakeTensor) else v
+
+        vals = tree_map(lambda a: fake(a.meta["val"]) if isinstance(a, fx.Node) else a, args)
+        with self.mode:
+            node.meta["val"] = target(*vals, **(kwargs or {}))
+        return node
+
+    def _launch(self, i: int) -> fx.Node:
+        members = [self.by_name[name] for name in self.buckets[i]]
+        site = self.sites[members[0].name]
+        kind, group, size = site.kind, site.key[1], site.key[2]
+        inputs = [self.env[m.args[0]] for m in members]
+        tag = f"bucket_{kind}"
+        if kind == "reduce_scatter":  # each input is (size * n_i): rows of ranks side by side, (size, sum n_i)
+            rows = [self._add(_ATEN.view.default, (x, [size, x.meta["val"].numel() // size]), f"{tag}_rows")
+                    for x in inputs]
+            flat = self._add(_ATEN.view.default, (self._add(_ATEN.cat.default, (rows, 1), f"{tag}_in"), [-1]),
+                             f"{tag}_flat")
+            launch = self._add(_OPS[kind], (flat, members[0].args[1], size, group), tag)
+        else:
+            flats = [self._add(_ATEN.view.default, (x, [-1]), f"{tag}_flat") for x in inputs]
+            flat = self._add(_ATEN.cat.default, (flats,), f"{tag}_in")
+            args = (flat, size, group) if kind == "all_gather" else (flat, members[0].args[1], group)
+            launch = self._add(_OPS[kind], args, tag)
+        self.launched[i] = launch
+        return launch
+
+    def _wait(self, i: int) -> list[fx.Node]:
+        members = [self.by_name[name] for name in self.buckets[i]]
+        site = self.sites[members[0].name]
+        tag = f"bucket_{site.kind}"
+        done = self._add(wait_op(), (self.launched[i],), f"{tag}_wait")
+        numels = [m.args[0].meta["val"].numel() for m in members]
+        results = []
+        if site.kind == "all_gather":  # (size, sum n_i): each member's rows copied out, ranks in order
+            size = site.key[2]
+            rows = self._add(_ATEN.view.default, (done, [size, sum(numels)]), f"{tag}_rows")
+            parts = self._add(_ATEN.split_with_sizes.default, (rows, numels, 1), f"{tag}_split")
+            for j, m in enumerate(members):
+                part = self._add(operator.getitem, (parts, j), f"{tag}_part")
+                copy = self._add(_ATEN.clone.default, (part,), f"{tag}_out", {"memory_format": torch.contiguous_format})
+                results.append(self._add(_ATEN.view.default, (copy, list(m.meta["val"].shape)), f"{tag}_result"))
+        else:
+            per_rank = [n // site.key[2] for n in numels] if site.kind == "reduce_scatter" else numels
+            parts = self._add(_ATEN.split_with_sizes.default, (done, per_rank), f"{tag}_split")
+            for j, m in enumerate(members):
+                part = self._add(operator.getitem, (parts, j), f"{tag}_part")
+                results.append(self._add(_ATEN.view.default, (part, list(m.meta["val"].shape)), f"{tag}_result"))
+        return results
+
+
+def apply_buckets(gm: fx.GraphModule, plan: BucketPlan, graph: BucketGraph | None = None) -> fx.GraphModule:
+    """A new module: ``gm`` with each bucket of ``plan`` launched once (see the module docstring); ``gm``
+    is not modified. Every node keeps its name; a bucket's nodes are named ``bucket_<kind>...``. Raises
+    `RewriteError` for a plan this graph cannot take."""
+    graph = BucketGraph(gm) if graph is None else graph
+    graph.check(plan)
+    if not plan.buckets:
+        return fx.GraphModule(gm, _copied(gm.graph))
+    return _Writer(gm, plan, graph.by_name).write()
+
+
+def _copied(graph: fx.Graph) -> fx.Graph:
+    new = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in graph.nodes:
+        env[node] = new.node_copy(node, lambda n: env[n])
+    return new
