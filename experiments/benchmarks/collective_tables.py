@@ -163,12 +163,14 @@ class TableEstimator:
         self.matched: set[str] = set()    # nodes the table priced
         self.unmatched: set[str] = set()  # collectives no row matched (the caller's fallback prices them)
 
-    def ms(self, node: fx.Node) -> float | None:
+    def ms(self, node: fx.Node, input_bytes: int | None = None) -> float | None:
+        """Milliseconds of a collective a table row matches (None for others); ``input_bytes``: price it as
+        if its input had that many bytes (a bucket a scheduler is sizing)."""
         info = collective_info(node)
         if info is None:
             return None
         kind, group_size, nbytes, group_name = info
-        size_mb = nbytes / BYTES_PER_MB
+        size_mb = (nbytes if input_bytes is None else input_bytes) / BYTES_PER_MB
         for (table_group, gs, cn), size_to_time in self.table.items():
             if cn == kind and table_group in group_name and (group_size is None or gs == group_size):
                 return interpolate_ms(size_to_time, size_mb)

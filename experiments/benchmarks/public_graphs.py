@@ -60,7 +60,7 @@ from pathlib import Path
 import torch
 import torch.fx as fx
 
-from experiments.benchmarks.collective_tables import TableEstimator, read_table
+from experiments.benchmarks.collective_tables import TableEstimator, collective_info, read_table
 from experiments.common import below_commands, command_line
 from solvercast.models import register_fake_group
 
@@ -87,9 +87,12 @@ def table_path(filename: str, directory: Path | None = None) -> Path:
     raise FileNotFoundError(f"no table {filename} in {directory or DATA}")
 
 
-def _import_repro(path: Path):
-    """Import a repro module from ``path`` (``.py`` or ``.py.xz``) through a temporary file."""
+def _import_repro(path: Path, device: str | None = None):
+    """Import a repro module from ``path`` (``.py`` or ``.py.xz``) through a temporary file; ``device``: the
+    device its own factory calls name instead of cuda (None: cuda)."""
     text = lzma.decompress(path.read_bytes()).decode() if path.suffix == ".xz" else path.read_text()
+    if device is not None:
+        text = text.replace("device(type='cuda', index=0)", f"device(type={device!r})")
     with tempfile.TemporaryDirectory() as tmp:
         file = Path(tmp) / "repro_module.py"
         file.write_text(text)
@@ -138,8 +141,8 @@ def fake_process_groups(pg_config: dict):
             continue
         c10d._unregister_process_group(name)
     try:
-        for name, info in pg_config.items():
-            register_fake_group(name, info["size"])
+        # the registry holds groups weakly: keep them alive while the graph is in use
+        alive = [register_fake_group(name, info["size"]) for name, info in pg_config.items()]  # noqa: F841
         yield max(info["size"] for info in pg_config.values())
     finally:
         for name in pg_config:
@@ -156,7 +159,7 @@ def loaded_graph(graph: str, directory: Path | None = None, device: str | None =
     from torch.fx.experimental.proxy_tensor import make_fx
 
     path = repro_path(graph, directory)
-    module = _import_repro(path)
+    module = _import_repro(path, device)
     pg_config = module.get_pg_config()
     table_file = table_path(module.get_colls_estimations_file(), directory)
     with fake_process_groups(pg_config) as world:
@@ -231,6 +234,97 @@ def run_graph(graph: str, directory: Path | None, time_limit: float) -> dict:
     return row
 
 
+def table_prices(table: TableEstimator, device: str = "h100"):
+    """``price_ms(node, override_bytes)``: a node's milliseconds in the benchmark's costs (the table for the
+    collectives it matches, else solvercast's H100 model), the price PyTorch's scheduler is given.
+    ``override_bytes``: PyTorch sizing a bucket (its input plus output bytes), priced as that bucket."""
+    from solvercast.cost.device import get_profile
+    from solvercast.cost.model import AnalyticCostModel, CostFnOverrides
+    from solvercast.graph.collectives import collective_kind_and_group
+
+    model = AnalyticCostModel(get_profile(device))
+    costs = CostFnOverrides(model, table.seconds)
+
+    def price_ms(node: fx.Node, override_bytes: int | None = None) -> float:
+        if override_bytes is None or collective_info(node) is None:
+            try:
+                return costs.duration(node) / 1e6
+            except Exception:  # noqa: BLE001 - a node the model cannot price (PyTorch asks of every node)
+                return 0.0
+        kind, group_size, wire = collective_kind_and_group(node)
+        ratio = {"all_gather": group_size + 1, "reduce_scatter": (group_size + 1) / group_size}.get(kind, 2)
+        input_bytes = int(override_bytes / ratio)
+        ms = table.ms(node, input_bytes)
+        if ms is not None:
+            return ms
+        return model.collective_time(kind, input_bytes * (group_size if kind == "all_gather" else 1),
+                                     group_size) / 1e6
+    return price_ms
+
+
+def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float) -> dict:
+    """PyTorch's ``schedule_overlap_bucketing`` with bucketing on (run.py's settings) against solvercast
+    choosing its own buckets, on the same costs; each output graph extracted and its order simulated."""
+    from experiments.benchmarks.torch_overlap import torch_overlap_bucketed, unavailable_reason
+    from solvercast import optimize, simulate
+    from solvercast.fx.extract import extract_problem
+    from solvercast.ir.schedule import Schedule
+
+    def judged(gm: fx.GraphModule):  # a graph in its own order, in the benchmark's costs
+        problem = extract_problem(gm, cost_fn=table.seconds)
+        return simulate(problem, Schedule.original(problem))
+
+    # fake meta tensors: PyTorch's bucketing traces its merge functions, which fake cuda tensors fail on a
+    # CPU build of torch
+    with loaded_graph(graph, directory, device="meta") as (gm, table, info):
+        row = dict(graph=graph, nodes=info["nodes"], colls=collective_counts(gm), trace_s=info["trace_s"])
+        row["original"] = original = judged(gm)
+        start = time.perf_counter()
+        res = optimize(gm, time_limit=time_limit, memory_budget=1.0, cost_fn=table.seconds)
+        row["solvercast_s"] = time.perf_counter() - start
+        row["report"] = res.report
+        if res.report.analysed:  # judged as PyTorch's graph is: its lowered module, extracted again
+            row["solvercast"] = judged(res.gm)
+            row["solvercast_predicted"] = res.optimized
+            row["solvercast_colls"] = collective_counts(res.gm)
+        reason = unavailable_reason()
+        if reason:
+            row["torch_error"] = reason
+            return row
+        start = time.perf_counter()
+        try:
+            torch_gm = torch_overlap_bucketed(gm, table_prices(table), budget_ratio=1.0)
+            row["torch_s"] = time.perf_counter() - start
+            row["torch"] = judged(torch_gm)
+            row["torch_colls"] = collective_counts(torch_gm)
+        except Exception as e:  # the peer failed on this graph: say so, never a number
+            row["torch_error"] = _failure(e)
+            row["torch_s"] = time.perf_counter() - start
+        th = row.get("torch")
+        if th is not None and th.peak_memory > original.peak_memory:
+            res = optimize(gm, time_limit=time_limit, memory_budget=int(th.peak_memory), cost_fn=table.seconds)
+            if res.report.analysed:
+                row["solvercast_at_torch_peak"] = res.optimized
+    return row
+
+
+BUCKET_COLUMNS = ["graph", "nodes", "AG/RS/AR", "original ms", "solvercast ms", "PyTorch ms", "solvercast / PyTorch",
+                  "solvercast ms at PyTorch's peak", "solvercast AG/RS/AR", "PyTorch AG/RS/AR", "original peak GiB",
+                  "solvercast peak GiB", "PyTorch peak GiB", "solvercast s", "PyTorch s"]
+
+
+def bucket_row_line(r: dict) -> str:
+    orig, sc, th = r["original"], r.get("solvercast"), r.get("torch")
+    cells = [r["graph"], str(r["nodes"]), r["colls"], _ms(orig.makespan), _ms(sc.makespan) if sc else "not analysed",
+             _ms(th.makespan) if th else f"none: {r['torch_error']}",
+             f"{sc.makespan / th.makespan:.3f}" if sc and th else "-",
+             _ms(r["solvercast_at_torch_peak"].makespan) if "solvercast_at_torch_peak" in r else "-",
+             r.get("solvercast_colls", "-"), r.get("torch_colls", "-"), _gib(orig.peak_memory),
+             _gib(sc.peak_memory) if sc else "-", _gib(th.peak_memory) if th else "-", f"{r['solvercast_s']:.1f}",
+             f"{r['torch_s']:.1f}" if "torch_s" in r else "-"]
+    return "| " + " | ".join(cells) + " |"
+
+
 def _failure(e: BaseException) -> str:
     """An exception as a table cell: its type and message, and for a RecursionError the functions that recurse."""
     text = f"{type(e).__name__}: {str(e)[:160]}"
@@ -288,6 +382,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", type=Path, default=None,
                     help="folder with autoparallel's repro_llama3_8b_*.py and colls*.table (default: the vendored ones)")
     ap.add_argument("--time-limit", type=float, default=30.0, help="solvercast's time limit per graph, seconds")
+    ap.add_argument("--bucketing", action="store_true",
+                    help="PyTorch with bucketing on (run.py's settings) against solvercast choosing its own buckets")
     args = ap.parse_args(argv)
     graphs = [g for g in args.graphs.split(",") if g]
     unknown = [g for g in graphs if g not in ALL]
@@ -300,6 +396,8 @@ def main(argv=None) -> int:
     print(f"Run at commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine "
           f"{platform.machine()}, nproc {os.cpu_count()}, load average at start {os.getloadavg()[0]:.1f}; "
           f"Python {platform.python_version()}, torch {torch.__version__}.\n")
+    if args.bucketing:
+        return _main_bucketing(graphs, args)
     print("Costs: collectives from autoparallel's tables as run.py interpolates them; collectives no table row "
           "matches, and all compute, from solvercast's H100 analytic model (PyTorch's estimator needs triton). "
           "Every order is simulated by solvercast's `simulate` on one Problem. PyTorch's scheduler runs with "
@@ -321,6 +419,31 @@ def main(argv=None) -> int:
                      + (f"; fallback: {rep.fallback}" if rep.fallback else "")
                      + (f"; {r['solvercast_note']}" if r.get("solvercast_note") else "")
                      + (f"; earlier collectives: {len(rep.earlier_collectives)}" if rep.earlier_collectives else ""))
+    print("\n" + "\n".join(notes))
+    return 0
+
+
+def _main_bucketing(graphs: list[str], args) -> int:
+    print("Bucketing on for both. PyTorch: `schedule_overlap_bucketing` as autoparallel's run.py calls it "
+          "(FSDP pre-bucketing and overlap-preserving bucketing, its default caps), its memory limit 1.0 x its own "
+          "estimator's baseline, every node priced in the benchmark's costs (`table_prices`: the tables for the "
+          "collectives they match, bucket sizes included, else solvercast's H100 model). solvercast: `optimize` with "
+          "its defaults (buckets chosen with the schedule, `solvercast.pipeline.buckets`), budget 1.0 x the original "
+          "graph's peak. Each output graph is extracted in the same costs and its order simulated by `simulate` "
+          "(the same judge for both). Where PyTorch's graph holds more than the original peak, solvercast runs "
+          "again with PyTorch's peak as its budget.\n")
+    print("| " + " | ".join(BUCKET_COLUMNS) + " |")
+    print("|---" * len(BUCKET_COLUMNS) + "|")
+    notes = []
+    for g in graphs:
+        r = run_graph_bucketed(g, args.dir, args.time_limit)
+        print(bucket_row_line(r), flush=True)
+        rep = r["report"]
+        predicted = r.get("solvercast_predicted")
+        notes.append(f"- {g}: solvercast {rep.method} ({rep.solver or '-'}, {rep.solver_status or '-'}); "
+                     f"buckets: {rep.buckets}"
+                     + (f"; its own prediction {_ms(predicted.makespan)} ms" if predicted else "")
+                     + (f"; PyTorch: {r['torch_error']}" if "torch_error" in r else ""))
     print("\n" + "\n".join(notes))
     return 0
 

@@ -126,6 +126,35 @@ def torch_overlap_order(gm: fx.GraphModule, problem: Problem, budget_ratio: floa
     return [n.name for n in out.graph.nodes if n.op == "call_function"]
 
 
+def torch_overlap_bucketed(gm: fx.GraphModule, price_ms, budget_ratio: float | None = 1.0) -> fx.GraphModule:
+    """``schedule_overlap_bucketing`` as autoparallel's run.py calls it (bucketing on: FSDP pre-bucketing
+    and overlap-preserving bucketing, its default caps), on a deep copy of ``gm``, every node priced by
+    ``price_ms(node, override_bytes)`` (milliseconds; ``override_bytes``: the input plus output bytes of a
+    collective the bucketer sizes, else None). Returns its output module: new nodes (buckets), so it is
+    judged by extracting it, not as an order of ``gm``'s tasks."""
+    reason = unavailable_reason()
+    if reason:
+        raise RuntimeError(reason)
+    from torch._inductor.fx_passes import node_runtime_estimation as nre
+    from torch._inductor.fx_passes import overlap_scheduling as ovs
+
+    mem_kwargs = {"max_memory_increase_gb": 1e6, "max_memory_increase_ratio": None} if budget_ratio is None else \
+        {"max_memory_increase_gb": None, "max_memory_increase_ratio": max(0.0, budget_ratio - 1.0)}
+    work = copy.deepcopy(gm)
+    ws = _world_size(gm)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(ovs, "estimate_roofline_runtime_ms", lambda n: price_ms(n, None)))
+        stack.enter_context(mock.patch.object(torch.distributed, "get_world_size", lambda *a, **k: ws))
+        # its all_gather buckets ask this rank's index of a group a fake group cannot answer: rank 0's graph
+        stack.enter_context(mock.patch.object(torch.distributed, "get_rank", lambda *a, **k: 0))
+        for fn in ("_log_collective_benchmarks", "_log_compute_estimations"):
+            stack.enter_context(mock.patch.object(nre, fn, lambda *a, **k: None))
+        return ovs.schedule_overlap_bucketing(
+            work, collective_bucketing=True, insert_overlap_deps=False, custom_runtime_estimation=price_ms,
+            collective_estimator="analytical", compute_estimator="analytical", enable_fusion_regions=False,
+            **mem_kwargs)
+
+
 def torch_overlap_schedule(gm: fx.GraphModule, problem: Problem, budget_ratio: float | None = None,
                            **overrides) -> Schedule:
     """torch's overlap scheduler's order of ``gm`` as a `Schedule` of ``problem`` (default streams).

@@ -29,6 +29,8 @@ from solvercast.heuristics.work import WorkBudget, work_budget
 from solvercast.ir.simulate import simulate
 from solvercast.rewrites.bucketing import BITWISE_KINDS, BucketGraph, BucketOptions, BucketPlan, apply_buckets
 
+#: the bucket search's work is shared among about this many plans (each plan's heuristics get this share)
+PLANS_PER_SHARE = 6
 #: each kind's caps, as multiples of its median collective's input bytes (1: no merge)
 CAP_MULTIPLES = (2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -81,20 +83,23 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     started = time.perf_counter()
     graph = BucketGraph(gm, options)
     kinds = sorted({s.kind for s in graph.sites}, key=lambda k: -sum(s.input_bytes for s in graph.sites if s.kind == k))
-    work = WorkBudget(limit=work_limit)
+    spent_work = 0.0
 
     def step_of(extracted) -> int | None:
+        nonlocal spent_work
         problem = extracted.problem.with_budget(budget)
-        work.spent += extract_work_per_task * problem.num_tasks
+        # each plan gets the same share, so that plans are compared by equal searches
+        work = WorkBudget(limit=None if work_limit is None else work_limit / PLANS_PER_SHARE)
         with work_budget(work):
             try:
                 schedule = best_heuristic(problem, memory_budget=budget, original_simulation=extracted.baseline)
             except InfeasibleBudgetError:
-                return None
-        return simulate(problem, schedule).makespan
+                schedule = None
+        spent_work += work.spent + extract_work_per_task * problem.num_tasks
+        return None if schedule is None else simulate(problem, schedule).makespan
 
     def spent() -> bool:
-        return time.perf_counter() > deadline or (work_limit is not None and work.spent >= work_limit)
+        return time.perf_counter() > deadline or (work_limit is not None and spent_work >= work_limit)
 
     base_step = step_of(unbucketed)
     best = BucketChoice(BucketPlan(), gm, unbucketed, graph, base_step, base_step)
