@@ -3,7 +3,7 @@
 Pipeline (DESIGN.md): GraphModule --extract--> Problem --solve--> Schedule --lower--> GraphModule,
 with `simulate` / `validate` / `lower_bounds` judging every schedule. The public names are gathered
 here from the subpackages, which import downward only: ir, graph, cost, fx, solvers and heuristics,
-runtime, pipeline (README, "Layout").
+rewrites, runtime, pipeline (README, "Layout").
 """
 
 from solvercast.cost.calibrate import calibrate
@@ -23,9 +23,10 @@ from solvercast.ir.schedule import Schedule
 from solvercast.ir.simulate import SimResult, simulate, validate
 from solvercast.pipeline.api import OptimizeResult, SolvercastPass, optimize
 from solvercast.pipeline.report import Report
+from solvercast.rewrites.bucketing import BucketOptions
 
 __all__ = [
-    "Bounds", "Buffer", "DeviceProfile", "ExtractionError", "InfeasibleBudgetError", "InvalidProblemError",
+    "BucketOptions", "Bounds", "Buffer", "DeviceProfile", "ExtractionError", "InfeasibleBudgetError", "InvalidProblemError",
     "InvalidScheduleError", "Machine", "OptimizeResult", "Problem", "Report", "Role", "Schedule", "SimResult",
     "SolvercastError", "SolvercastPass", "Task", "calibrate", "extract_problem", "get_profile", "lower",
     "lower_bounds", "optimize", "simulate", "validate",

@@ -255,19 +255,38 @@ class SolvercastPass:
 
     @staticmethod
     def _reorder_in_place(graph: fx.Graph, result: OptimizeResult, val_map: dict) -> None:
-        """Move ``graph``'s nodes into the program order of ``result.gm`` (copied from it through ``val_map``)."""
+        """Move ``graph``'s nodes into the program order of ``result.gm`` (copied from it through ``val_map``).
+        With buckets, their nodes are added to ``graph``, every node reads what it reads in ``result.gm``, and
+        the collectives and waits a bucket replaced are erased."""
         by_name = {new.name: old for old, new in val_map.items()}
+        bucketed = result.buckets is not None
         order: list[fx.Node] = []
+        output = next(n for n in reversed(graph.nodes) if n.op == "output")
         for node in result.gm.graph.nodes:
             if node.op == "output":
+                if bucketed:
+                    output.args = fx.map_arg(node.args, lambda n: by_name[n.name])
                 continue
             old = by_name.get(node.name)
-            if old is None:
+            if old is None and bucketed and node.op == "call_function":  # a bucket's node
+                with graph.inserting_before(output):
+                    old = graph.create_node("call_function", node.target, fx.map_arg(node.args, lambda n: by_name[n.name]),
+                                            fx.map_arg(node.kwargs, lambda n: by_name[n.name]), name=node.name)
+                old.meta = dict(node.meta)
+                by_name[node.name] = old
+            elif old is None:
                 raise SolvercastError(f"the optimized graph has a node {node.name!r} ({node.target}) that the "
                                       f"input graph lacks; cannot rewrite the fx.Graph in place")
+            elif bucketed:  # read the bucket's results where the members' waits were read
+                old.args = fx.map_arg(node.args, lambda n: by_name[n.name])
+                old.kwargs = fx.map_arg(node.kwargs, lambda n: by_name[n.name])
             order.append(old)
         placed = set(order)
-        output = next(n for n in reversed(graph.nodes) if n.op == "output")
+        if bucketed:  # the collectives and waits the buckets replaced: nothing reads them now
+            replaced = {name for bucket in result.buckets.plan.buckets for name in bucket}
+            replaced |= {result.buckets.graph.by_name[name].wait for name in replaced}
+            for node in reversed([n for n in graph.nodes if n.name in replaced and n not in placed]):
+                graph.erase_node(node)
         order += [n for n in graph.nodes if n not in placed and n is not output]  # dead nodes: last
         for node in order:
             output.prepend(node)

@@ -21,6 +21,7 @@ from solvercast.errors import SolvercastError
 from solvercast.models import build, describe
 from solvercast.pipeline import methods
 from solvercast.pipeline.api import optimize
+from solvercast.rewrites.bucketing import BucketOptions
 
 
 def _parse_value(text: str):
@@ -96,6 +97,10 @@ def _measured_costs(args, gm, say):
     return model
 
 
+#: --buckets -> optimize's ``bucketing``
+BUCKETING = {"auto": True, "bitwise": BucketOptions(bitwise=True), "off": False}
+
+
 def cmd_optimize(args) -> int:
 
     started = time.perf_counter()
@@ -115,7 +120,7 @@ def cmd_optimize(args) -> int:
     res = optimize(gm, time_limit=args.time_limit, memory_budget=budget,
                    device=args.device, compute_streams=args.streams, method=args.method,
                    preserve_collective_order=not args.reorder_collectives, deterministic=not args.wall_clock,
-                   cost_model=cost_model, progress=say)
+                   cost_model=cost_model, progress=say, bucketing=BUCKETING[args.buckets])
     print(res.report)
     if not res.report.analysed and (args.trace or args.plot):
         print("no trace or plot: the graph was not analysed", file=sys.stderr)
@@ -165,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--method", default="auto", help=methods.help_text())
     opt.add_argument("--reorder-collectives", action="store_true",
                      help="let collectives change their relative order (unsafe across ranks unless all agree)")
+    opt.add_argument("--buckets", choices=sorted(BUCKETING), default="auto",
+                     help="collectives sharing a launch, chosen with the schedule: auto (where they pay), bitwise "
+                          "(all_gathers only: results bitwise the same), off")
     opt.add_argument("--wall-clock", action="store_true", help="wall-clock time limit instead of a deterministic one")
     opt.add_argument("--trace", help="write a Chrome trace (JSON) of baseline and optimized schedules")
     opt.add_argument("--plot", help="write a PNG: Gantt per stream and memory against the budget")

@@ -12,8 +12,10 @@ merge is written:
   reduce_scatter or all_reduce of `_c10d_functional` with exactly one wait
   and a contiguous tensor input whose value is known.
 * Sites with the same `Site.key` (kind, process group, group size, dtype,
-  reduce op) may share a launch unless one's input depends on another's
-  result (a merge would then wait on itself): `BucketGraph.legal`.
+  reduce op, and no fence between them: a bucket moves launches, and a
+  collective must not cross a send, recv, barrier or effect token) may share
+  a launch unless one's input depends on another's result (a merge would
+  then wait on itself): `BucketGraph.legal`.
 * `BucketPlan`: the buckets, each a tuple of collective node names in graph
   order. A plan is a function of the graph and the options only, so every
   rank builds the same buckets.
@@ -40,11 +42,12 @@ import torch
 import torch.fx as fx
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils._pytree import tree_map
 
 from solvercast.errors import RewriteError
 from solvercast.graph.collectives import collective_kind_and_group, wait_op
 from solvercast.graph.fxmeta import hint_int, node_val, op_target
+from solvercast.graph.nodes import NodeKind, classify
 
 __all__ = ["BUCKET_KINDS", "BITWISE_KINDS", "BucketOptions", "Site", "BucketPlan", "BucketGraph", "bucket_sites",
            "apply_buckets"]
@@ -86,7 +89,9 @@ class Site:
     collective: str  # its node's name
     wait: str  # the name of the wait that completes it
     kind: str  # all_gather, reduce_scatter or all_reduce
-    key: tuple  # (kind, group name, group size, dtype, reduce op): sites of one key may share a launch
+    # (kind, group name, group size, dtype, reduce op, fences before it, its value's fake mode): sites of
+    # one key may share a launch
+    key: tuple
     input_bytes: int  # this rank's input
 
 
@@ -112,7 +117,7 @@ class BucketPlan:
         per_kind: dict[str, list[int]] = defaultdict(list)
         for bucket in self.buckets:
             per_kind[sites[bucket[0]].kind].append(len(bucket))
-        return "; ".join(f"{kind}: {sum(sizes)} collectives in {len(sizes)} launches"
+        return "; ".join(f"{kind}: {sum(sizes)} collectives in {len(sizes)} launch{'es' if len(sizes) > 1 else ''}"
                          for kind, sizes in sorted(per_kind.items()))
 
 
@@ -126,7 +131,11 @@ def bucket_sites(gm: fx.GraphModule, options: BucketOptions = BucketOptions()) -
     wait = wait_op()
     kinds = {_OPS[k]: k for k in options.allowed_kinds}
     sites = []
+    epoch = 0  # fences passed so far: no bucket spans a fence (a send, a recv, a barrier, an effect token)
     for node in gm.graph.nodes:
+        if node.op == "call_function" and classify(node).kind in (NodeKind.FENCE, NodeKind.EFFECT):
+            epoch += 1
+            continue
         kind = kinds.get(op_target(node.target)) if node.op == "call_function" else None
         if kind is None or node.kwargs or not isinstance(node.args[0], fx.Node):
             continue
@@ -140,7 +149,9 @@ def bucket_sites(gm: fx.GraphModule, options: BucketOptions = BucketOptions()) -
         if kind == "reduce_scatter" and hint_int(val.shape[0], fallback=0) % group_size:
             continue  # rows of ranks must divide evenly
         reduce_op = "" if kind == "all_gather" else str(node.args[1])
-        key = (kind, _group_of(node, kind), group_size, val.dtype, reduce_op)
+        # the fake mode of the input's value, by identity: a bucket's values are made in its members' mode
+        mode = id(val.fake_mode) if isinstance(val, FakeTensor) else None
+        key = (kind, _group_of(node, kind), group_size, val.dtype, reduce_op, epoch, mode)
         nbytes = hint_int(val.numel(), fallback=None) * val.element_size()
         sites.append(Site(node.name, users[0].name, kind, key, nbytes))
     return sites
@@ -248,8 +259,13 @@ class _Writer:
         self.wait_bucket = {sites[name].wait: i for i, b in enumerate(plan.buckets) for name in b}
         self.buckets = plan.buckets
         self.launched: dict[int, fx.Node] = {}
-        self.mode = detect_fake_mode([v for v in tree_flatten([n.meta.get("val") for n in gm.graph.nodes])[0]
-                                      if isinstance(v, FakeTensor)]) or FakeTensorMode(allow_non_fake_inputs=True)
+        self.mode = None  # the fake mode the bucket being written makes its values in
+
+    def _bucket_mode(self, i: int):
+        """The fake mode of bucket ``i``'s members' inputs (one: it is part of their key), else a new one
+        (values traced with real tensors)."""
+        vals = [node_val(self.by_name[name].args[0]) for name in self.buckets[i]]
+        return detect_fake_mode([v for v in vals if isinstance(v, FakeTensor)]) or FakeTensorMode()
 
     def write(self) -> fx.GraphModule:
         for node in self.gm.graph.nodes:
@@ -310,6 +326,7 @@ class _Writer:
         return node
 
     def _launch(self, i: int) -> fx.Node:
+        self.mode = self._bucket_mode(i)
         members = [self.by_name[name] for name in self.buckets[i]]
         site = self.sites[members[0].name]
         kind, group, size = site.kind, site.key[1], site.key[2]
@@ -330,6 +347,7 @@ class _Writer:
         return launch
 
     def _wait(self, i: int) -> list[fx.Node]:
+        self.mode = self._bucket_mode(i)
         members = [self.by_name[name] for name in self.buckets[i]]
         site = self.sites[members[0].name]
         tag = f"bucket_{site.kind}"

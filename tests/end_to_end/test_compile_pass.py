@@ -128,3 +128,32 @@ def test_graph_the_limit_cannot_read_is_left_as_it_is():
     assert p(gm.graph) is None
     assert not p.last_result.report.analysed
     assert [(n.name, n.target) for n in gm.graph.nodes] == before
+
+
+WIDE = fake_group(16, tag="compile-buckets")
+
+
+def sixteen_all_reduces(x, *ws):
+    """Sixteen small all_reduces over 16 ranks, each paying its latency steps, then one matmul."""
+    outs = [C10D.wait_tensor(C10D.all_reduce(w, "sum", WIDE)) for w in ws]
+    return x @ torch.cat(outs)
+
+
+@pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled")
+def test_buckets_chosen_inside_torch_compile_keep_the_values():
+    """The pass's buckets are written into Inductor's graph in place (new nodes, the replaced collectives
+    erased); the compiled function computes what the eager one does."""
+    import math
+
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(8, 64, generator=g)] + [torch.randn(4, 32, generator=g) for _ in range(16)]
+    expected = sixteen_all_reduces(*args)
+    p = SolvercastPass(time_limit=2, memory_budget=math.inf)
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(post_grad_custom_post_pass=p, force_disable_caches=True):
+        out = torch.compile(sixteen_all_reduces, backend="inductor", fullgraph=True)(*args)
+    torch._dynamo.reset()
+    res = p.last_result
+    assert res.buckets is not None and res.buckets.plan.merged >= 2
+    assert res.report.optimized_makespan < res.report.baseline_makespan
+    assert torch.equal(out, expected)

@@ -113,6 +113,15 @@ def test_only_one_kind_and_one_group_share_a_launch():
     assert not graph2.legal([s.collective for s in graph2.sites])
 
 
+def test_no_bucket_spans_a_fence():
+    """Two all_reduces an effect token separates (a fence for communication): never one launch."""
+    from tests.fx.test_fences import _effect_graph
+
+    graph = BucketGraph(_effect_graph())
+    assert len(graph.sites) == 2 and not graph.legal([s.collective for s in graph.sites])
+    assert graph.greedy({"all_reduce": 1 << 40}).buckets == ()
+
+
 def test_bitwise_options_take_no_reduction():
     graph = BucketGraph(_all_kinds(), BucketOptions(bitwise=True))
     assert {s.kind for s in graph.sites} == {"all_gather"}
