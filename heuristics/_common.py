@@ -64,12 +64,9 @@ def budget_bytes(problem: Problem, memory_budget: int | float | None) -> int | N
 
 
 def comm_chain(problem: Problem) -> dict[int, int]:
-    """Collective -> next collective in original order, when that order must be kept
-    (an extra precedence for every list scheduler); empty otherwise."""
-    if not problem.preserve_collective_order:
-        return {}
-    comms = problem.comm_tasks
-    return {a: b for a, b in zip(comms, comms[1:])}
+    """Collective -> the next collective whose original order it keeps (`Problem.comm_order_pairs`: the
+    next one, or the next of its process group, or none): an extra precedence for every list scheduler."""
+    return dict(problem.comm_order_pairs)
 
 
 def compute_work(problem: Problem, schedule: Schedule) -> list[int]:

@@ -16,8 +16,9 @@ on a task that cannot be grouped (a wait for a collective being raised, a
 collective) stops the move.
 
 A move stops at: a dependency that cannot be grouped; another collective
-when raising and ``problem.preserve_collective_order`` (sinking a wait past a
-later collective never changes the collective order, so that is allowed);
+when raising and the two keep their order (`Problem.comm_chains`: every
+collective, or those of one process group; sinking a wait past a later
+collective never changes the collective order, so that is allowed);
 the collective being hidden (the compute-stream work between it and its wait
 covers its duration); the memory limit; the start / end of the order; the
 total move cap (``max_moves``, default 2 x the number of tasks).
@@ -263,7 +264,7 @@ def iterative_swap(problem: Problem, schedule: Schedule, memory_budget: int | fl
     input_peak = state.peak()
     limit = input_peak if budget is None else max(budget, input_peak)
     cap = 2 * n if max_moves is None else max_moves
-    preserve = problem.preserve_collective_order
+    chain_of = {c: k for k, chain in enumerate(problem.comm_chains) for c in chain}
     wait_of = problem.wait_of
     succs, preds = problem.succs, problem.preds
     groupable = (Role.COMPUTE, Role.FREE)
@@ -276,7 +277,7 @@ def iterative_swap(problem: Problem, schedule: Schedule, memory_budget: int | fl
         group, gset = [c], {c}
         while len(moves) < cap and comp < comm:
             y = prev[group[0]]
-            if y < 0 or (preserve and tasks[y].role == Role.COMM):
+            if y < 0 or (tasks[y].role == Role.COMM and chain_of.get(y, -1) == chain_of.get(c, -2)):
                 return
             if any(s in gset for s in succs[y]):
                 if tasks[y].role in groupable and len(group) < max_group:

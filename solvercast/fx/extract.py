@@ -100,7 +100,7 @@ def extract_problem(
     comm_streams: int | None = None,
     memory_budget: int | None = None,
     freeable_inputs: Iterable[str] = (),
-    preserve_collective_order: bool = True,
+    preserve_collective_order: bool | str = True,
     default_group_size: int = 8,
     cost_model: CostModel | None = None,
 ) -> Problem:
@@ -114,6 +114,10 @@ def extract_problem(
     (``default_group_size`` sizes collectives whose process group cannot be
     resolved, and synchronous comm ops); ``cost_fn(node)`` (seconds, or None)
     overrides durations node by node (`CostFnOverrides`).
+
+    Collective order: ``preserve_collective_order`` (True / "global", "group",
+    False / "free"; `Problem.comm_chains`); fences are ordered with every
+    comm op by edges in every mode.
 
     Raises `ExtractionError` naming the node for: a node without
     ``meta["val"]`` whose value cannot be derived (`solvercast.fx.values`),
@@ -393,16 +397,18 @@ def extract_problem(
             last_readers[k] = []
 
     # Fences (send, recv, barrier, and effect-token ordering: with_effects) keep their place among the
-    # communication ops whether or not the collective order is preserved: each is chained to the comm ops
-    # (and fences) just before and after it.
+    # communication ops whatever collective order is kept (global, per process group, free): each comm op
+    # gets an edge to the first fence after it and from the last fence before it, and each fence from the
+    # fence before it, so every fence stays ordered with every collective (O(comm ops) edges).
     fences = (NodeKind.FENCE, NodeKind.EFFECT)
     comm = [task_id[n] for n in task_nodes if info[n].kind in (NodeKind.COLLECTIVE, *fences)]
-    for i, t in enumerate(comm):
-        if info[task_nodes[t]].kind in fences:
-            if i:
-                edges.add((comm[i - 1], t))
-            if i + 1 < len(comm):
-                edges.add((t, comm[i + 1]))
+    fence_at = [i for i, t in enumerate(comm) if info[task_nodes[t]].kind in fences]
+    for k, i in enumerate(fence_at):
+        stop = fence_at[k + 1] if k + 1 < len(fence_at) else len(comm)
+        for j in range(fence_at[k - 1] if k else 0, i):  # the fence before, and the comm ops since
+            edges.add((comm[j], comm[i]))
+        for j in range(i + 1, stop):  # the comm ops up to the next fence
+            edges.add((comm[i], comm[j]))
 
     output_storages: set[tuple[int, str]] = set()
     for node in nodes:

@@ -153,8 +153,9 @@ def _reachable_work(problem: Problem, work: list[int], targets: list[int], forwa
 
 def _heads_and_tails(problem: Problem) -> tuple[list[int], list[int]]:
     """For every task, the least time before its start (head) and after its end (tail) in any schedule:
-    longest dependency paths with forced syncs, plus, when collectives keep their order on a single
-    comm stream, that order (each asynchronous collective starts after the previous one ends). An
+    longest dependency paths with forced syncs, plus the order each comm stream runs its asynchronous
+    collectives in where the collective order fixes it (`ordered_stream_chains`: each starts after the
+    previous one ends). An
     asynchronous collective also waits for all the compute work of its ancestors (the GPU runs it
     before the launch) and leaves all that of its descendants to after its end: with one comm
     stream this is what makes, e.g., an FSDP backward all-gather that must follow the previous
@@ -169,10 +170,9 @@ def _heads_and_tails(problem: Problem) -> tuple[list[int], list[int]]:
     for t in range(n):
         for q in problem.sync_preds[t]:
             succs[q].append((t, _forced_sync(problem, q, t)))
-    if problem.preserve_collective_order:  # each comm stream runs its collectives in launch order
-        for chain in comm_stream_chains(problem).values():
-            for a, b in zip(chain, chain[1:]):
-                succs[a].append((b, 0))
+    for chain in ordered_stream_chains(problem):  # a comm stream runs these collectives in this order
+        for a, b in zip(chain, chain[1:]):
+            succs[a].append((b, 0))
     head = [0] * n
     for t in range(n):  # ids are a topological order, and the chain follows ids
         if t in problem.wait_of:  # launched after its ancestors' work, started sync after that
@@ -235,11 +235,21 @@ def sequencing_bound(problem: Problem) -> int:
 
 def comm_stream_chains(problem: Problem) -> dict[int, list[int]]:
     """Comm stream -> the asynchronous collectives it runs (each is pinned to its process group's stream),
-    in original order: with `preserve_collective_order`, the order it runs them in."""
+    in original order (the order it runs them in under the global collective order)."""
     chains: dict[int, list[int]] = {}
     for c in problem.async_chain:
         chains.setdefault(problem.comm_stream(c), []).append(c)
     return chains
+
+
+def ordered_stream_chains(problem: Problem) -> list[list[int]]:
+    """Asynchronous collectives that one comm stream runs one after another in this order in every schedule:
+    under the global order each comm stream's (`comm_stream_chains`); under the per-group order each process
+    group's (pinned to one stream, launched in its order; other groups' collectives on that stream may run
+    between them, which these chains leave out); none under a free order."""
+    if problem.collective_order == "global":
+        return list(comm_stream_chains(problem).values())
+    return [list(chain) for chain in problem.async_chains]
 
 
 def _chain_classes(problem: Problem, chain: list[int]) -> tuple[list[int], list[int]]:
@@ -261,14 +271,12 @@ def _chain_classes(problem: Problem, chain: list[int]) -> tuple[list[int], list[
 def window_bound(problem: Problem) -> int:
     """A makespan bound from the windows the collectives of a fixed order leave the GPU.
 
-    Valid when asynchronous collectives keep their order (`preserve_collective_order`): each comm stream
-    then runs its own collectives (those of the process groups it serves: an asynchronous collective is
-    pinned to its group's stream) in launch order, and the bound is the largest over the comm streams
-    of `_chain_window_bound` for that stream's chain, the compute stream(s) shared; the other streams'
-    collectives are left out, which only relaxes."""
-    if not problem.preserve_collective_order:
-        return 0
-    return max((_chain_window_bound(problem, chain) for chain in comm_stream_chains(problem).values()), default=0)
+    Valid for every chain a comm stream runs in a fixed order (`ordered_stream_chains`: under the global
+    order each comm stream's collectives, those of the process groups it serves, an asynchronous collective
+    being pinned to its group's stream; under the per-group order each group's), and the bound is the
+    largest over the chains of `_chain_window_bound`, the compute stream(s) shared; the other collectives
+    are left out, which only relaxes. 0 under a free order."""
+    return max((_chain_window_bound(problem, chain) for chain in ordered_stream_chains(problem)), default=0)
 
 
 def _chain_window_bound(problem: Problem, chain: list[int]) -> int:
@@ -378,14 +386,15 @@ def exposure_bound(problem: Problem) -> int:
     collectives whose result the next compute needs with too little independent work to cover them.
 
     Not computed (0) with several compute streams (the windows overlap on the GPU and memory is judged over
-    time there), when the collective order is free (the launch order, which makes windows disjoint, is not
-    fixed), or past EXPOSURE_MAX_TASKS tasks."""
+    time there), when the collective order is not the global one (the launch order, which makes windows
+    disjoint and decides what is issued before a launch, is not fixed), or past EXPOSURE_MAX_TASKS tasks."""
     import numpy as np
 
     machine = problem.machine
     chain = problem.async_chain
     n = problem.num_tasks
-    if machine.compute_streams != 1 or not problem.preserve_collective_order or not chain or n > EXPOSURE_MAX_TASKS:
+    if (machine.compute_streams != 1 or problem.collective_order != "global" or not chain
+            or n > EXPOSURE_MAX_TASKS):
         return 0
     sync, budget = machine.sync_overhead, machine.memory_budget
     anc, desc = _closures(problem)

@@ -19,6 +19,11 @@ Conventions every part of solvercast relies on:
   groups in order of first use) runs on comm stream ``C + group % M`` (NCCL
   serialises the collectives of one communicator, not across communicators);
   with fewer comm streams than groups, groups share streams.
+* ``preserve_collective_order`` says which COMM tasks keep their original
+  relative order (`Problem.comm_chains`): True or "global", all of them;
+  "group", those of one process group; False or "free", none (fences keep
+  their place through edges whatever the mode). docs/execution_rules.md
+  ("Collective order") says when each is safe.
 * Durations are integer nanoseconds.
 """
 
@@ -30,6 +35,21 @@ from enum import Enum
 from functools import cached_property
 
 from solvercast.errors import InvalidProblemError
+
+
+#: Accepted values of `Problem.preserve_collective_order` -> the stored one (True, "group" or False).
+COLLECTIVE_ORDERS: dict[object, bool | str] = {True: True, "global": True, "group": "group", False: False, "free": False}
+
+
+def collective_order_value(value: object) -> bool | str:
+    """The stored form of a ``preserve_collective_order`` value: True (global), "group" or False (free).
+    Raises `InvalidProblemError` for anything else."""
+    try:
+        return COLLECTIVE_ORDERS[value]
+    except (KeyError, TypeError):
+        raise InvalidProblemError(
+            f"preserve_collective_order must be True or 'global' (every collective keeps its original order), "
+            f"'group' (those of one process group do) or False or 'free' (none do), got {value!r}") from None
 
 
 class Role(str, Enum):
@@ -128,7 +148,9 @@ class Problem:
     edges: tuple[tuple[int, int], ...]
     buffers: tuple[Buffer, ...] = ()
     machine: Machine = field(default_factory=Machine)
-    preserve_collective_order: bool = True
+    # True / "global": every COMM task keeps its original relative order; "group": those of one process group
+    # do; False / "free": none do (stored as True, "group" or False; `comm_chains` is what each mode keeps)
+    preserve_collective_order: bool | str = True
     name: str = ""
     # what extraction derived or assumed about the graph, one line each (e.g. values of nodes the trace
     # left without meta["val"]); not part of the problem's identity
@@ -139,6 +161,7 @@ class Problem:
         object.__setattr__(self, "notes", tuple(self.notes))
         object.__setattr__(self, "edges", tuple(sorted({(int(u), int(v)) for u, v in self.edges})))
         object.__setattr__(self, "buffers", tuple(self.buffers))
+        object.__setattr__(self, "preserve_collective_order", collective_order_value(self.preserve_collective_order))
         self._check()
 
     # ---- construction-time checks -------------------------------------------------
@@ -212,9 +235,39 @@ class Problem:
 
     @cached_property
     def async_chain(self) -> tuple[int, ...]:
-        """The asynchronous collectives in original order: with ``preserve_collective_order``, the order
-        they are launched in, and, on each comm stream, the order they run in."""
+        """The asynchronous collectives in original order (the order `async_chains` keeps parts of)."""
         return tuple(c for c in self.comm_tasks if self.is_async_comm(c))
+
+    @property
+    def collective_order(self) -> str:
+        """"global", "group" or "free": the ``preserve_collective_order`` mode by name."""
+        return {True: "global", "group": "group", False: "free"}[self.preserve_collective_order]
+
+    @cached_property
+    def comm_chains(self) -> tuple[tuple[int, ...], ...]:
+        """The COMM tasks whose original relative order every schedule keeps, one chain per set that keeps
+        it (each in original order): all of them ("global"), one chain per process group ("group"), none
+        ("free"). Tasks of different chains may be issued in either order."""
+        if self.collective_order == "global":
+            return (self.comm_tasks,) if self.comm_tasks else ()
+        if self.collective_order == "free":
+            return ()
+        chains: dict[int, list[int]] = {}
+        for c in self.comm_tasks:
+            chains.setdefault(self.tasks[c].group, []).append(c)
+        return tuple(tuple(chain) for _, chain in sorted(chains.items()))
+
+    @cached_property
+    def async_chains(self) -> tuple[tuple[int, ...], ...]:
+        """`comm_chains` restricted to asynchronous collectives: the launch orders every schedule keeps.
+        Under "group" each chain runs on one comm stream in this order."""
+        chains = (tuple(c for c in chain if self.is_async_comm(c)) for chain in self.comm_chains)
+        return tuple(chain for chain in chains if chain)
+
+    @cached_property
+    def comm_order_pairs(self) -> tuple[tuple[int, int], ...]:
+        """(a, b): consecutive tasks of a chain of `comm_chains`; a is issued before b in every schedule."""
+        return tuple(pair for chain in self.comm_chains for pair in zip(chain, chain[1:]))
 
     @cached_property
     def sync_preds(self) -> tuple[tuple[int, ...], ...]:

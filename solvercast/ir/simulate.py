@@ -83,7 +83,7 @@ def validate(problem: Problem, schedule: Schedule, memory_budget: int | None = N
 
     Raises `InvalidScheduleError` for: an order that is not a permutation of
     the tasks or not topological, a task on a stream its role forbids, a
-    collective order changed while `preserve_collective_order` holds, or a
+    collective order changed that `preserve_collective_order` keeps (`Problem.comm_chains`), or a
     peak over the budget (``memory_budget`` if given, else the machine's).
     """
     n = problem.num_tasks
@@ -105,13 +105,15 @@ def validate(problem: Problem, schedule: Schedule, memory_budget: int | None = N
             raise InvalidScheduleError(
                 f"task {problem.tasks[t].name!r} ({problem.tasks[t].role.value}) may not run on stream {s}; "
                 f"allowed: {list(problem.allowed_streams(t))}")
-    if problem.preserve_collective_order:
-        issued = sorted(problem.comm_tasks, key=pos.__getitem__)
-        if issued != list(problem.comm_tasks):
-            first = next(i for i, (a, b) in enumerate(zip(issued, problem.comm_tasks)) if a != b)
+    for chain in problem.comm_chains:
+        issued = sorted(chain, key=pos.__getitem__)
+        if issued != list(chain):
+            first = next(i for i, (a, b) in enumerate(zip(issued, chain)) if a != b)
+            scope = ("in its process group, " if problem.collective_order == "group" else "")
             raise InvalidScheduleError(
                 f"collective order changed: {problem.tasks[issued[first]].name!r} is issued before "
-                f"{problem.tasks[problem.comm_tasks[first]].name!r} (preserve_collective_order is on)")
+                f"{problem.tasks[chain[first]].name!r} {scope}(preserve_collective_order is "
+                f"{problem.collective_order!r})")
     result = simulate(problem, schedule)
     budget = memory_budget if memory_budget is not None else problem.machine.memory_budget
     if budget is not None and result.peak_memory > budget:

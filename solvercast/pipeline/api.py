@@ -18,6 +18,7 @@ from solvercast.fx.pin_order import pin_order
 from solvercast.gc_paused import gc_paused
 from solvercast.ir.budget import resolve_budget
 from solvercast.pipeline.buckets import choose_buckets
+from solvercast.ir.problem import collective_order_value
 from solvercast.pipeline.pareto import pareto
 from solvercast.rewrites.bucketing import BucketOptions
 from solvercast.pipeline.solve import (OptimizeResult, check_arguments, extract_for_optimize, optimize_extracted,
@@ -34,7 +35,7 @@ def optimize(
     device="h100",
     compute_streams: int = 1,
     method: str = "auto",
-    preserve_collective_order: bool = True,
+    preserve_collective_order: bool | str = True,
     deterministic: bool = True,
     *,
     comm_ops=None,
@@ -62,6 +63,14 @@ def optimize(
     `solvercast.rewrites.bucketing.BucketOptions` (which kinds; ``bitwise=True``
     only merges whose results are bitwise the unmerged ones). Not with a list
     of budgets.
+    ``preserve_collective_order``: which collectives keep their original
+    relative order: True or "global" (all of them, the default: safe even
+    if ranks compute different schedules), "group" (those of one process
+    group; safe when every rank computes the same schedule: with
+    ``deterministic`` and the same graph and costs on every rank), False or
+    "free" (none); fences (send, recv, barrier, with_effects) stay ordered
+    with every collective in every mode (docs/execution_rules.md,
+    "Collective order").
 
     Returns an `OptimizeResult`; ``res.gm`` is a new module. If no method
     beats the original order, the original order is returned and the report
@@ -73,7 +82,7 @@ def optimize(
     method reached) when nothing fits the budget, `ExtractionError` for graphs
     without shape metadata, `ValueError` for bad arguments.
     """
-    check_arguments(method, time_limit)
+    check_arguments(method, time_limit, preserve_collective_order)
     started = time.perf_counter()
     num_nodes = len(gm.graph.nodes)
     tuning = DEFAULT_TUNING if tuning is None else tuning
@@ -192,7 +201,8 @@ class SolvercastPass:
         unknown = sorted(set(options) - known)
         if unknown:
             raise TypeError(f"SolvercastPass got unknown option(s) {unknown}; optimize takes {sorted(known)}")
-        check_arguments(options.get("method", "auto"), options.get("time_limit", 10.0))
+        check_arguments(options.get("method", "auto"), options.get("time_limit", 10.0),
+                        options.get("preserve_collective_order", True))
         self.options = options
         self.pin = bool(pin)
         self.last_result: OptimizeResult | None = None
@@ -312,6 +322,8 @@ class SolvercastPass:
             value = self.options[key]
             if key == "progress":
                 continue
+            if key == "preserve_collective_order":
+                value = collective_order_value(value)  # True and "global" are one option
             if key == "cost_fn" and value is not None:
                 value = CostFnOverrides(AnalyticCostModel(get_profile(self.options.get("device", "h100"))),
                                         value).cache_key()

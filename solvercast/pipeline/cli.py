@@ -119,7 +119,7 @@ def cmd_optimize(args) -> int:
     cost_model = _measured_costs(args, gm, say)
     res = optimize(gm, time_limit=args.time_limit, memory_budget=budget,
                    device=args.device, compute_streams=args.streams, method=args.method,
-                   preserve_collective_order=not args.reorder_collectives, deterministic=not args.wall_clock,
+                   preserve_collective_order=_collective_order(args), deterministic=not args.wall_clock,
                    cost_model=cost_model, progress=say, bucketing=BUCKETING[args.buckets])
     print(res.report)
     if not res.report.analysed and (args.trace or args.plot):
@@ -140,6 +140,13 @@ def cmd_optimize(args) -> int:
         print(f"optimized module written to {args.save_module} (load it with `import solvercast` first, for "
               "the stream anchor ops: torch.load(path, weights_only=False))")
     return 0
+
+
+def _collective_order(args) -> str:
+    """``preserve_collective_order`` from --collective-order and --reorder-collectives (the latter: "free")."""
+    if args.reorder_collectives and args.collective_order not in (None, "free"):
+        raise ValueError(f"--reorder-collectives is --collective-order free, not {args.collective_order}")
+    return "free" if args.reorder_collectives else (args.collective_order or "global")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -169,7 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "--device's model")
     opt.add_argument("--method", default="auto", help=methods.help_text())
     opt.add_argument("--reorder-collectives", action="store_true",
-                     help="let collectives change their relative order (unsafe across ranks unless all agree)")
+                     help="let collectives change their relative order (--collective-order free; unsafe across "
+                          "ranks unless all agree)")
+    opt.add_argument("--collective-order", choices=("global", "group", "free"), default=None,
+                     help="which collectives keep their original relative order: all (global, the default), those "
+                          "of one process group (group: safe when every rank computes the same schedule, as with "
+                          "the deterministic time limit and the same costs), none (free)")
     opt.add_argument("--buckets", choices=sorted(BUCKETING), default="auto",
                      help="collectives sharing a launch, chosen with the schedule: auto (where they pay), bitwise "
                           "(all_gathers only: results bitwise the same), off")

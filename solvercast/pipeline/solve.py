@@ -20,7 +20,7 @@ from solvercast.graph.nodes import schemaless_ops, waits_on_inputs
 from solvercast.heuristics import best_heuristic
 from solvercast.heuristics.work import WorkBudget, work_budget
 from solvercast.pipeline.methods import BY_NAME, Kind, names
-from solvercast.ir.problem import Problem
+from solvercast.ir.problem import Problem, collective_order_value
 from solvercast.pipeline.report import Report
 from solvercast.ir.schedule import Schedule
 from solvercast.ir.simulate import SimResult, simulate, validate
@@ -76,7 +76,10 @@ class OptimizeResult:
                        frontier=self.frontier, members=self._members())
 
 
-def check_arguments(method: str, time_limit: float) -> None:
+def check_arguments(method: str, time_limit: float, preserve_collective_order: bool | str = True) -> None:
+    """Raises ValueError for an unknown method, a time limit that is not > 0, or a collective order that is
+    none of True / "global", "group", False / "free" (`InvalidProblemError`, a ValueError)."""
+    collective_order_value(preserve_collective_order)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:
@@ -95,7 +98,7 @@ class Extracted:
 
 
 def extract_for_optimize(gm: fx.GraphModule, *, device="h100", compute_streams: int = 1, comm_ops=None,
-                         cost_fn=None, cost_model=None, preserve_collective_order: bool = True) -> Extracted:
+                         cost_fn=None, cost_model=None, preserve_collective_order: bool | str = True) -> Extracted:
     """`optimize`'s first phase: extract the problem and simulate the original order."""
     t0 = time.perf_counter()
     problem = extract_problem(gm, device=device, compute_streams=compute_streams, comm_ops=comm_ops,

@@ -279,21 +279,23 @@ class CpsatModel:
         comms = [c for c in p.comm_tasks if not scope.left_out(c)]
         if len(comms) < 2:
             return
-        if p.preserve_collective_order:
-            for a, b in zip(comms, comms[1:]):
+        chain_of: dict[int, int] = {}  # comm task -> its chain of `comm_chains` (the order kept)
+        for k, whole in enumerate(p.comm_chains):
+            chain = [c for c in whole if not scope.left_out(c)]
+            chain_of.update((c, k) for c in chain)
+            for a, b in zip(chain, chain[1:]):
                 if not scope.is_past(b):
                     self._comm_precede(a, b)
             # non-consecutive pairs on a shared comm stream follow from the chain on one comm stream;
             # with several, order each pair that may share one
-            if p.machine.comm_streams > 1 or any(not p.is_async_comm(c) for c in comms):
-                for i, a in enumerate(comms):
-                    for b in comms[i + 1:]:
+            if p.machine.comm_streams > 1 or any(not p.is_async_comm(c) for c in chain):
+                for i, a in enumerate(chain):
+                    for b in chain[i + 1:]:
                         if not scope.is_past(b):
                             self._same_stream_order(a, b)
-            return
-        for i, a in enumerate(comms):
+        for i, a in enumerate(comms):  # pairs whose order is free: one literal each
             for b in comms[i + 1:]:
-                if scope.is_past(a) and scope.is_past(b):
+                if (scope.is_past(a) and scope.is_past(b)) or chain_of.get(a, -1) == chain_of.get(b, -2):
                     continue
                 before = m.NewBoolVar(f"before_{p.tasks[a].name}_{p.tasks[b].name}")
                 self.comm_before[(a, b)] = before
@@ -367,14 +369,11 @@ class CpsatModel:
     @cached_property
     def _order_closure(self) -> tuple[list[int], list[int]]:
         """(ancestors, descendants) of every task as bitmasks, over the orders every program keeps: the
-        dependencies, and the launch order of asynchronous collectives when collective order is preserved.
+        dependencies, and the launch orders of asynchronous collectives the collective order keeps (`async_chains`).
         Each link also orders the two ends in time on the default stream (a dependency through its
         constraints, the launch chain through `_program_positions`), so a pair they order needs no literal."""
         p, n = self.p, self.n
-        chain_pred: dict[int, int] = {}
-        if p.preserve_collective_order:
-            chain = p.async_chain
-            chain_pred = {b: a for a, b in zip(chain, chain[1:])}
+        chain_pred = {b: a for chain in p.async_chains for a, b in zip(chain, chain[1:])}
         up = [0] * n
         for t in range(n):  # ids are topological, and the chain follows ids
             mask = 0
@@ -431,8 +430,8 @@ class CpsatModel:
             self.ptime[t] = m.NewIntVar((up[t] & mask).bit_count(), last - (down[t] & mask).bit_count(),
                                         f"pos_{p.tasks[t].name}")
         self._program_order_links()
-        if p.preserve_collective_order:  # the launch order `_order_closure` relies on
-            chain = [c for c in p.async_chain if c in self.launch]  # windowed: the past's and the window's
+        for whole in p.async_chains:  # the launch orders `_order_closure` relies on
+            chain = [c for c in whole if c in self.launch]  # windowed: the past's and the window's
             for a, b in zip(chain, chain[1:]):
                 if not isinstance(self.launch[b], int):
                     m.Add(self.launch[b] >= self.launch[a])

@@ -74,8 +74,9 @@ def not_applicable(problem: Problem) -> str | None:
     """Why cut bounds do not apply to ``problem`` (None: they do)."""
     if problem.machine.compute_streams != 1:
         return "several compute streams"
-    if not problem.preserve_collective_order:
-        return "a free collective order (no task must precede a launch but its ancestors)"
+    if problem.collective_order != "global":
+        return (f"a {problem.collective_order} collective order (only the global order makes every comm task before "
+                "a launch precede it)")
     if not problem.async_chain:
         return "no asynchronous collective to cut at"
     if problem.num_tasks > MAX_TASKS:

@@ -201,10 +201,9 @@ class _Model:
         self.asyncs = list(p.async_chain)
         self.vars: list[tuple[pulp.LpVariable, str, tuple]] = []  # (var, kind, key) for the warm start
 
-        # program-order relation that every schedule obeys: edges, plus the collective chain
+        # program-order relation that every schedule obeys: edges, plus the collective order kept (`comm_chains`)
         direct = set(p.edges)
-        if p.preserve_collective_order:
-            direct |= set(zip(p.comm_tasks, p.comm_tasks[1:]))
+        direct |= set(p.comm_order_pairs)
         self.direct = sorted(direct)
         succ = [set() for _ in range(n)]
         for u, v in self.direct:

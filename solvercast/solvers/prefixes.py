@@ -112,8 +112,8 @@ class _Tables:
         # with their inputs ready, two of them end with the same times in either order
         self.quiet_mask = sum(1 << t for t in range(n) if self.kind[t] == _RUNS and self.streams[t] == (0,)
                               and self.stream0_reader[t])
-        self.order_pos = ({c: i for i, c in enumerate(problem.comm_tasks)}
-                          if problem.preserve_collective_order else {})
+        # comm task -> the one before it in its chain of `comm_chains` (issued first); a chain's first: -1
+        self.order_pred = {b: a for chain in problem.comm_chains for a, b in zip((-1,) + chain, chain)}
         self.alloc = problem.allocated_bytes
         self.touches = problem.release_counts[0]
         self.release_size = [size for size, _ in problem.releasable]
@@ -197,14 +197,14 @@ def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansion
         grown: dict[int, tuple] = {}
         for ideal, (cur, issued_comms, rem, ready_tasks, prefixes) in level.items():
             checked = memory_from is None or ideal >> memory_from & 1  # the budget holds at these steps
-            steps = []  # (task, its comm position) of each issue the order and the memory allow
+            steps = []  # (task, its chain predecessor or None) of each issue the order and the memory allow
             candidates = ready_tasks if allowed is None else ready_tasks & allowed[depth]
             while candidates:
                 low = candidates & -candidates
                 candidates ^= low
                 t = low.bit_length() - 1
-                pos = tb.order_pos.get(t)
-                if pos is not None and pos != issued_comms:
+                pos = tb.order_pred.get(t)
+                if pos is not None and pos >= 0 and not ideal >> pos & 1:
                     continue
                 if budget is not None and (checked or t == memory_from) and cur + tb.alloc[t] > budget:
                     continue

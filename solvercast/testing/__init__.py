@@ -21,12 +21,15 @@ def random_problem(
     sync_comm_fraction: float = 0.0,
     max_preds: int = 2,
     memory_budget: int | None = None,
-    preserve_collective_order: bool = True,
+    preserve_collective_order: bool | str = True,
+    groups: int = 1,
 ) -> Problem:
     """A random DAG of about ``num_tasks`` tasks in realistic proportions:
     compute, asynchronous collectives each completed by a later wait, views,
     optionally synchronous comm ops. Every task that produces a value
-    allocates a buffer; views and waits alias the buffer they read."""
+    allocates a buffer; views and waits alias the buffer they read. With
+    ``groups`` > 1 each comm task draws its process group from 0..groups-1
+    (one draw more per comm task: the same seed gives another problem)."""
     rng = random.Random(seed)
     tasks: list[Task] = []
     edges: set[tuple[int, int]] = set()
@@ -71,7 +74,8 @@ def random_problem(
             readable.append(t)
             continue
         if r < 0.15 + comm_fraction and remaining > 1 + len(pending):
-            tasks.append(Task(f"coll{t}", Role.COMM, duration=rng.randint(10, 200), op="all_reduce"))
+            tasks.append(Task(f"coll{t}", Role.COMM, duration=rng.randint(10, 200), op="all_reduce",
+                              group=rng.randrange(groups) if groups > 1 else 0))
             owner.append(None)
             for p in pick_inputs(t, 1):
                 read(t, p)
@@ -89,7 +93,8 @@ def random_problem(
         is_sync_comm = r > 1.0 - sync_comm_fraction
         role = Role.COMM if is_sync_comm else Role.COMPUTE
         tasks.append(Task(f"{'comm' if is_sync_comm else 'op'}{t}", role, duration=rng.randint(1, 100),
-                          occupancy=rng.choice((0.25, 0.5, 1.0)), op="sync_comm" if is_sync_comm else "mm"))
+                          occupancy=rng.choice((0.25, 0.5, 1.0)), op="sync_comm" if is_sync_comm else "mm",
+                          group=rng.randrange(groups) if is_sync_comm and groups > 1 else 0))
         owner.append(None)
         for p in pick_inputs(t, rng.randint(1, max_preds)):
             read(t, p)
@@ -110,9 +115,11 @@ def random_problem(
 
 def random_topological_order(problem: Problem, rng: random.Random, keep_comm_order: bool = False) -> list[int]:
     """A uniformly drawn ready task at each step: a random topological order of ``problem``'s tasks;
-    with ``keep_comm_order`` the collectives keep their original relative order."""
+    with ``keep_comm_order`` the collectives keep the original relative order the problem's
+    ``preserve_collective_order`` keeps (`Problem.comm_order_pairs`; all of it under a free order)."""
     comms = problem.comm_tasks
-    chain = dict(zip(comms, comms[1:])) if keep_comm_order else {}
+    pairs = problem.comm_order_pairs if problem.collective_order != "free" else tuple(zip(comms, comms[1:]))
+    chain = dict(pairs) if keep_comm_order else {}
     indeg = [len(p) for p in problem.preds]
     for b in chain.values():
         indeg[b] += 1

@@ -77,3 +77,30 @@ def test_legacy_collectives_and_fences_get_their_process_group():
     assert out["groups"] == {"allreduce_": 0, "allreduce__1": 1} and out["comm_streams"] == 2
     # a fence runs on its own group's communicator: the barrier of the pair on the pair's comm stream
     assert out["fence_groups"] == {"barrier": 0, "barrier_1": 1}
+
+
+def _two_group_effect_graph():
+    dp, tp = fake_group(2, "dp"), fake_group(2, "tp")
+
+    def step(token, x, w):
+        a = C10D.all_reduce(x @ w, "sum", dp)
+        b = C10D.all_reduce(x @ x, "sum", tp)
+        token = torch.ops.higher_order.with_effects(token, torch.ops.aten._print.default, "step")[0]
+        c = C10D.all_reduce(w @ w, "sum", dp)
+        return token, C10D.wait_tensor(a) + C10D.wait_tensor(b) + C10D.wait_tensor(c)
+
+    return make_fx(step, tracing_mode="fake")(torch.empty(0), torch.randn(256, 256), torch.randn(256, 256))
+
+
+@pytest.mark.parametrize("order", [True, "group", False])
+def test_a_fence_is_ordered_with_every_collective_of_every_group(order):
+    """all_reduce (dp) ; all_reduce_1 (tp) ; with_effects ; all_reduce_2 (dp): under a per-group or free order
+    nothing but the fence's own edges keeps all_reduce (not next to it) before it; each comm op has an
+    edge to the fence after it and from the fence before it."""
+    p = extract_problem(_two_group_effect_graph(), preserve_collective_order=order)
+    ids = {t.name: i for i, t in enumerate(p.tasks)}
+    assert p.tasks[ids["all_reduce"]].group != p.tasks[ids["all_reduce_1"]].group
+    fence = ids["with_effects"]
+    for name in ("all_reduce", "all_reduce_1"):
+        assert (ids[name], fence) in p.edges, name
+    assert (fence, ids["all_reduce_2"]) in p.edges

@@ -257,3 +257,39 @@ def test_no_solver_runs_when_the_best_heuristic_is_at_a_lower_bound(monkeypatch)
     assert "lower bound" in res.report.fallback and res.report.solver_status is None
     with pytest.raises(AssertionError, match="the solver ran"):
         optimize(gm, time_limit=5, method="cpsat", memory_budget=1.0)
+
+
+def test_the_collective_order_mode_reaches_the_problem_and_the_schedule_keeps_it():
+    """fsdp_tp has collectives of two process groups (FSDP's and TP's)."""
+    res = optimize(build("fsdp_tp", layers=1), time_limit=2, preserve_collective_order="group", method="heuristic")
+    assert res.problem.collective_order == "group" and len(res.problem.comm_chains) == 2
+    validate(res.problem, res.schedule)
+    with pytest.raises(ValueError, match="preserve_collective_order"):
+        optimize(build("tp_mlp"), time_limit=1, preserve_collective_order="per-group")
+    with pytest.raises(ValueError, match="preserve_collective_order"):
+        SolvercastPass(preserve_collective_order="sometimes")
+    assert SolvercastPass(preserve_collective_order="global").uuid() == \
+        SolvercastPass(preserve_collective_order=True).uuid() != \
+        SolvercastPass(preserve_collective_order="group").uuid()
+
+
+@pytest.mark.parametrize("flags, mode", [([], "global"), (["--collective-order", "group"], "group"),
+                                         (["--reorder-collectives"], "free"),
+                                         (["--collective-order", "free"], "free")])
+def test_cli_picks_the_collective_order(flags, mode, monkeypatch, capsys):
+    import solvercast.pipeline.cli as cli
+
+    seen = {}
+
+    def fake_optimize(gm, **options):
+        seen.update(options)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr(cli, "optimize", fake_optimize)
+    assert main(["optimize", "--model", "tp_mlp", *flags]) == 2
+    assert seen["preserve_collective_order"] == mode
+
+
+def test_cli_refuses_two_collective_orders(capsys):
+    assert main(["optimize", "--model", "tp_mlp", "--reorder-collectives", "--collective-order", "group"]) == 2
+    assert "--reorder-collectives" in capsys.readouterr().err

@@ -31,10 +31,9 @@ def topological_orders(problem):
 
 
 def collective_order_ok(problem, order):
-    if not problem.preserve_collective_order:
-        return True
-    comms = [t for t in order if t in set(problem.comm_tasks)]
-    return comms == list(problem.comm_tasks)
+    """Whether ``order`` keeps each chain of `Problem.comm_chains` in its original order."""
+    pos = {t: i for i, t in enumerate(order)}
+    return all(pos[a] < pos[b] for a, b in problem.comm_order_pairs)
 
 
 def brute_force(problem, budget=None):
