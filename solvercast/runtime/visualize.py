@@ -133,7 +133,7 @@ def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult
                 ax.plot([sim.start[t] / 1e3] * 2, [row - 0.4, row + 0.4], color=_COLORS[Role.WAIT], lw=1)
                 continue
             ax.barh(row, width, left=sim.start[t] / 1e3, height=0.8, color=_COLORS[task.role],
-                    edgecolor="white", linewidth=0.3)
+                    edgecolor="white", linewidth=0.3, hatch="///" if task.name in members else None)
             name = _short_op(task.op) + (f"x{len(members[task.name])}" if task.name in members else "")
             if width >= horizon * _LABEL_CHARS_WIDTH * len(name):  # label the bars the name fits in
                 ax.text(sim.start[t] / 1e3 + width / 2, row, name, ha="center", va="center", fontsize=6,
@@ -141,8 +141,10 @@ def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult
         ax.set_yticks(range(streams), [_stream_name(problem, s) for s in reversed(range(streams))])
         ax.set_xlim(0, horizon * 1.02)
         ax.set_title(f"{label}: makespan {sim.makespan / 1e3:,.1f} us, exposed comm {sim.exposed_comm / 1e3:,.1f} us")
-    axes[0].legend(handles=[Patch(color=c, label=r.value) for r, c in _COLORS.items()], loc="upper right",
-                   fontsize=8)
+    handles = [Patch(color=c, label=r.value) for r, c in _COLORS.items()]
+    if members:
+        handles.append(Patch(facecolor=_COLORS[Role.COMM], hatch="///", edgecolor="white", label="bucket"))
+    axes[0].legend(handles=handles, loc="upper right", fontsize=8)
     mem_ax = axes[-1]
     for label, (problem, sim) in runs.items():
         times, resident = memory_curve(problem, sim)
