@@ -206,7 +206,8 @@ def run_graph(graph: str, directory: Path | None, time_limit: float) -> dict:
         original = simulate(problem, Schedule.original(problem))
         row["original"] = original
         start = time.perf_counter()
-        res = optimize(gm, time_limit=time_limit, memory_budget=1.0, cost_fn=table.seconds)
+        # reordering only, as PyTorch is run here: both orders of the same tasks
+        res = optimize(gm, time_limit=time_limit, memory_budget=1.0, cost_fn=table.seconds, bucketing=False)
         row["solvercast_s"] = time.perf_counter() - start
         row["report"] = res.report
         if res.report.analysed:
@@ -228,7 +229,8 @@ def run_graph(graph: str, directory: Path | None, time_limit: float) -> dict:
         if th is not None and th.peak_memory > original.peak_memory:
             # PyTorch's order holds more than the original peak that binds solvercast: solvercast again,
             # with PyTorch's peak (as simulate measures it) as its budget
-            res = optimize(gm, time_limit=time_limit, memory_budget=int(th.peak_memory), cost_fn=table.seconds)
+            res = optimize(gm, time_limit=time_limit, memory_budget=int(th.peak_memory), cost_fn=table.seconds,
+                           bucketing=False)
             if res.report.analysed:
                 row["solvercast_at_torch_peak"] = simulate(problem, res.schedule)
     return row
@@ -406,21 +408,39 @@ def main(argv=None) -> int:
           "peak that binds solvercast. `gap to its bound`: (solvercast's step - its best lower bound) / bound. Where PyTorch's order "
           "holds more than the original peak, solvercast is run again with PyTorch's peak as its budget "
           "(`solvercast ms at PyTorch's peak`; the wall time column is the first call's).\n")
-    print("| " + " | ".join(COLUMNS) + " |")
-    print("|---" * len(COLUMNS) + "|")
+    return _table(COLUMNS, graphs, lambda g: run_graph(g, args.dir, args.time_limit), row_line, _reorder_note)
+
+
+def _table(columns: list[str], graphs: list[str], run, line, note) -> int:
+    """One markdown row per graph as it is measured (``run(graph) -> row``, ``line(row)``), then a note
+    per graph (``note(graph, row)``)."""
+    print("| " + " | ".join(columns) + " |")
+    print("|---" * len(columns) + "|")
     notes = []
     for g in graphs:
-        r = run_graph(g, args.dir, args.time_limit)
-        print(row_line(r), flush=True)
-        rep = r["report"]
-        notes.append(f"- {g}: table {r['table']}; {r['missing']} nodes without a value (derived by extraction); "
-                     f"extraction {r['extract_s']:.1f} s; solvercast: {rep.method} ({rep.solver or '-'}, "
-                     f"{rep.solver_status or '-'}), best bound {rep.best_bound / 1e6:.3f} ms"
-                     + (f"; fallback: {rep.fallback}" if rep.fallback else "")
-                     + (f"; {r['solvercast_note']}" if r.get("solvercast_note") else "")
-                     + (f"; earlier collectives: {len(rep.earlier_collectives)}" if rep.earlier_collectives else ""))
+        r = run(g)
+        print(line(r), flush=True)
+        notes.append(note(g, r))
     print("\n" + "\n".join(notes))
     return 0
+
+
+def _reorder_note(g: str, r: dict) -> str:
+    rep = r["report"]
+    return (f"- {g}: table {r['table']}; {r['missing']} nodes without a value (derived by extraction); "
+            f"extraction {r['extract_s']:.1f} s; solvercast: {rep.method} ({rep.solver or '-'}, "
+            f"{rep.solver_status or '-'}), best bound {rep.best_bound / 1e6:.3f} ms"
+            + (f"; fallback: {rep.fallback}" if rep.fallback else "")
+            + (f"; {r['solvercast_note']}" if r.get("solvercast_note") else "")
+            + (f"; earlier collectives: {len(rep.earlier_collectives)}" if rep.earlier_collectives else ""))
+
+
+def _bucket_note(g: str, r: dict) -> str:
+    rep, predicted = r["report"], r.get("solvercast_predicted")
+    return (f"- {g}: solvercast {rep.method} ({rep.solver or '-'}, {rep.solver_status or '-'}), best bound of "
+            f"its graph {rep.best_bound / 1e6:.3f} ms (gap {rep.gap:.1%}); buckets: {rep.buckets}"
+            + (f"; its own prediction {_ms(predicted.makespan)} ms" if predicted else "")
+            + (f"; PyTorch: {r['torch_error']}" if "torch_error" in r else ""))
 
 
 def _main_bucketing(graphs: list[str], args) -> int:
@@ -432,20 +452,8 @@ def _main_bucketing(graphs: list[str], args) -> int:
           "graph's peak. Each output graph is extracted in the same costs and its order simulated by `simulate` "
           "(the same judge for both). Where PyTorch's graph holds more than the original peak, solvercast runs "
           "again with PyTorch's peak as its budget.\n")
-    print("| " + " | ".join(BUCKET_COLUMNS) + " |")
-    print("|---" * len(BUCKET_COLUMNS) + "|")
-    notes = []
-    for g in graphs:
-        r = run_graph_bucketed(g, args.dir, args.time_limit)
-        print(bucket_row_line(r), flush=True)
-        rep = r["report"]
-        predicted = r.get("solvercast_predicted")
-        notes.append(f"- {g}: solvercast {rep.method} ({rep.solver or '-'}, {rep.solver_status or '-'}); "
-                     f"buckets: {rep.buckets}"
-                     + (f"; its own prediction {_ms(predicted.makespan)} ms" if predicted else "")
-                     + (f"; PyTorch: {r['torch_error']}" if "torch_error" in r else ""))
-    print("\n" + "\n".join(notes))
-    return 0
+    return _table(BUCKET_COLUMNS, graphs, lambda g: run_graph_bucketed(g, args.dir, args.time_limit), bucket_row_line,
+                  _bucket_note)
 
 
 if __name__ == "__main__":
