@@ -35,7 +35,7 @@ def optimize(
     device="h100",
     compute_streams: int = 1,
     method: str = "auto",
-    preserve_collective_order: bool | str = True,
+    preserve_collective_order: bool | str = "auto",
     deterministic: bool = True,
     *,
     comm_ops=None,
@@ -64,13 +64,16 @@ def optimize(
     only merges whose results are bitwise the unmerged ones). Not with a list
     of budgets.
     ``preserve_collective_order``: which collectives keep their original
-    relative order: True or "global" (all of them, the default: safe even
-    if ranks compute different schedules), "group" (those of one process
-    group; safe when every rank computes the same schedule: with
-    ``deterministic`` and the same graph and costs on every rank), False or
-    "free" (none); fences (send, recv, barrier, with_effects) stay ordered
-    with every collective in every mode (docs/execution_rules.md,
-    "Collective order").
+    relative order: True or "global" (all of them: safe even if ranks
+    compute different schedules), "group" (those of one process group; safe
+    when every rank computes the same schedule: with ``deterministic`` and
+    the same graph and costs on every rank), False or "free" (none), or
+    "auto" (the default: "group" when ``deterministic`` and the costs are a
+    function of the graph alone, the analytic model or a ``cost_fn``; "global"
+    with measured costs (``cost_model``), which differ from rank to rank, or
+    a wall-clock search; `collective_order`); fences (send, recv, barrier,
+    with_effects) stay ordered with every collective in every mode
+    (docs/execution_rules.md, "Collective order").
 
     Returns an `OptimizeResult`; ``res.gm`` is a new module. If no method
     beats the original order, the original order is returned and the report
@@ -83,6 +86,7 @@ def optimize(
     without shape metadata, `ValueError` for bad arguments.
     """
     check_arguments(method, time_limit, preserve_collective_order)
+    preserve_collective_order = collective_order(preserve_collective_order, deterministic, cost_model)
     started = time.perf_counter()
     num_nodes = len(gm.graph.nodes)
     tuning = DEFAULT_TUNING if tuning is None else tuning
@@ -105,6 +109,17 @@ def optimize(
                                   cost_model=cost_model, progress=progress, tuning=tuning)
     return _optimize_bucketed(gm, extracted, extract, options, time_limit, memory_budget, method, deterministic,
                               started, cost_model, progress, tuning)
+
+
+def collective_order(requested: bool | str, deterministic: bool, cost_model) -> bool | str:
+    """``preserve_collective_order`` as `optimize` uses it: "auto" is "group" where every rank computes the
+    same schedule (a deterministic search on costs that are a function of the graph: the analytic model, or
+    a ``cost_fn``, the same code on every rank), else "global" (measured costs differ from rank to rank; a
+    wall-clock search stops at different points), the one order safe when ranks disagree."""
+    if requested != "auto":
+        return requested
+    same_everywhere = cost_model is None or isinstance(cost_model, AnalyticCostModel)
+    return "group" if deterministic and same_everywhere else "global"
 
 
 def bucket_options(bucketing: bool | BucketOptions) -> BucketOptions | None:
@@ -202,7 +217,7 @@ class SolvercastPass:
         if unknown:
             raise TypeError(f"SolvercastPass got unknown option(s) {unknown}; optimize takes {sorted(known)}")
         check_arguments(options.get("method", "auto"), options.get("time_limit", 10.0),
-                        options.get("preserve_collective_order", True))
+                        options.get("preserve_collective_order", "auto"))
         self.options = options
         self.pin = bool(pin)
         self.last_result: OptimizeResult | None = None
@@ -322,7 +337,7 @@ class SolvercastPass:
             value = self.options[key]
             if key == "progress":
                 continue
-            if key == "preserve_collective_order":
+            if key == "preserve_collective_order" and value != "auto":
                 value = collective_order_value(value)  # True and "global" are one option
             if key == "cost_fn" and value is not None:
                 value = CostFnOverrides(AnalyticCostModel(get_profile(self.options.get("device", "h100"))),

@@ -146,7 +146,7 @@ def _collective_order(args) -> str:
     """``preserve_collective_order`` from --collective-order and --reorder-collectives (the latter: "free")."""
     if args.reorder_collectives and args.collective_order not in (None, "free"):
         raise ValueError(f"--reorder-collectives is --collective-order free, not {args.collective_order}")
-    return "free" if args.reorder_collectives else (args.collective_order or "global")
+    return "free" if args.reorder_collectives else (args.collective_order or "auto")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -178,10 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--reorder-collectives", action="store_true",
                      help="let collectives change their relative order (--collective-order free; unsafe across "
                           "ranks unless all agree)")
-    opt.add_argument("--collective-order", choices=("global", "group", "free"), default=None,
-                     help="which collectives keep their original relative order: all (global, the default), those "
-                          "of one process group (group: safe when every rank computes the same schedule, as with "
-                          "the deterministic time limit and the same costs), none (free)")
+    opt.add_argument("--collective-order", choices=("auto", "global", "group", "free"), default=None,
+                     help="which collectives keep their original relative order: all (global), those of one process "
+                          "group (group: safe when every rank computes the same schedule, as with the deterministic "
+                          "time limit and the same costs), none (free); auto (the default): group with the "
+                          "deterministic limit on modelled costs, else global")
     opt.add_argument("--buckets", choices=sorted(BUCKETING), default="auto",
                      help="collectives sharing a launch, chosen with the schedule: auto (where they pay), bitwise "
                           "(all_gathers only: results bitwise the same), off")

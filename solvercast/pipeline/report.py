@@ -55,6 +55,8 @@ class Report:
     costs: str | None = None
     # what extraction derived or assumed about the graph (`Problem.notes`), one line each
     notes: tuple = ()
+    # which collectives kept their original order: "global", "group" (within each process group) or "free"
+    collective_order: str | None = None
     # which collectives share a launch, whether results stay bitwise, what the plans tried gave
     # (`solvercast.pipeline.buckets.BucketChoice.summary`); None when bucketing was off
     buckets: str | None = None
@@ -97,7 +99,7 @@ class Report:
             phases={k: round(v, 4) for k, v in phases.items()}, schemaless_ops=dict(info.get("schemaless_ops", {})),
             earlier_collectives=list(info.get("earlier_collectives", [])),
             time_plan=dict(info.get("time_plan", {})), heuristics_cut=list(info.get("heuristics_cut", [])),
-            costs=info.get("costs"), notes=tuple(problem.notes))
+            costs=info.get("costs"), notes=tuple(problem.notes), collective_order=problem.collective_order)
 
     @property
     def speedup(self) -> float | None:
@@ -160,6 +162,11 @@ class Report:
             lines.append(f"  earlier graphs   {n} wait{'s' if n > 1 else ''} on a collective an earlier graph launched "
                          f"({', '.join(self.earlier_collectives[:3])}{', ...' if n > 3 else ''}): taken as finished "
                          "when this graph starts, as PyTorch's overlap scheduler takes them")
+        if self.collective_order:
+            lines.append(f"  collective order {self.collective_order}: "
+                         + {"global": "every collective launches in its original order",
+                            "group": "the collectives of each process group launch in their original order",
+                            "free": "collectives launch in any order"}.get(self.collective_order, ""))
         if self.buckets:
             lines.append(f"  buckets          {self.buckets}")
         if self.costs:

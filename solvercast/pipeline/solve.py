@@ -79,7 +79,8 @@ class OptimizeResult:
 def check_arguments(method: str, time_limit: float, preserve_collective_order: bool | str = True) -> None:
     """Raises ValueError for an unknown method, a time limit that is not > 0, or a collective order that is
     none of True / "global", "group", False / "free" (`InvalidProblemError`, a ValueError)."""
-    collective_order_value(preserve_collective_order)
+    if preserve_collective_order != "auto":  # `solvercast.pipeline.api.collective_order` resolves it
+        collective_order_value(preserve_collective_order)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:

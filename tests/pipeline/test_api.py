@@ -273,7 +273,8 @@ def test_the_collective_order_mode_reaches_the_problem_and_the_schedule_keeps_it
         SolvercastPass(preserve_collective_order="group").uuid()
 
 
-@pytest.mark.parametrize("flags, mode", [([], "global"), (["--collective-order", "group"], "group"),
+@pytest.mark.parametrize("flags, mode", [([], "auto"), (["--collective-order", "global"], "global"),
+                                         (["--collective-order", "group"], "group"),
                                          (["--reorder-collectives"], "free"),
                                          (["--collective-order", "free"], "free")])
 def test_cli_picks_the_collective_order(flags, mode, monkeypatch, capsys):
@@ -293,3 +294,23 @@ def test_cli_picks_the_collective_order(flags, mode, monkeypatch, capsys):
 def test_cli_refuses_two_collective_orders(capsys):
     assert main(["optimize", "--model", "tp_mlp", "--reorder-collectives", "--collective-order", "group"]) == 2
     assert "--reorder-collectives" in capsys.readouterr().err
+
+
+def test_auto_collective_order_is_per_group_only_where_every_rank_computes_the_same_schedule():
+    from solvercast.cost.device import get_profile
+    from solvercast.cost.model import AnalyticCostModel
+    from solvercast.pipeline.api import collective_order
+
+    analytic = AnalyticCostModel(get_profile("h100"))
+
+    class Measured:  # any cost model but the analytic one: timings taken on this rank
+        pass
+
+    assert collective_order("auto", True, None) == "group"
+    assert collective_order("auto", True, analytic) == "group"
+    assert collective_order("auto", True, Measured()) == "global"
+    assert collective_order("auto", False, None) == "global"  # a wall-clock search ends anywhere
+    assert collective_order("free", False, Measured()) == "free"  # asked for by name: kept
+    gm = build("fsdp_tp")
+    assert optimize(gm, time_limit=1).report.collective_order == "group"
+    assert optimize(gm, time_limit=1, deterministic=False).report.collective_order == "global"
