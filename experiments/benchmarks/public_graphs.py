@@ -264,7 +264,7 @@ def table_prices(table: TableEstimator, device: str = "h100"):
     return price_ms
 
 
-def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float) -> dict:
+def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float, collective_order="auto") -> dict:
     """PyTorch's ``schedule_overlap_bucketing`` with bucketing on (run.py's settings) against solvercast
     choosing its own buckets, on the same costs; each output graph extracted and its order simulated."""
     from experiments.benchmarks.torch_overlap import torch_overlap_bucketed, unavailable_reason
@@ -282,7 +282,8 @@ def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float) ->
         row = dict(graph=graph, nodes=info["nodes"], colls=collective_counts(gm), trace_s=info["trace_s"])
         row["original"] = original = judged(gm)
         start = time.perf_counter()
-        res = optimize(gm, time_limit=time_limit, memory_budget=1.0, cost_fn=table.seconds)
+        res = optimize(gm, time_limit=time_limit, memory_budget=1.0, cost_fn=table.seconds,
+                       preserve_collective_order=collective_order)
         row["solvercast_s"] = time.perf_counter() - start
         row["report"] = res.report
         if res.report.analysed:  # judged as PyTorch's graph is: its lowered module, extracted again
@@ -304,7 +305,8 @@ def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float) ->
             row["torch_s"] = time.perf_counter() - start
         th = row.get("torch")
         if th is not None and th.peak_memory > original.peak_memory:
-            res = optimize(gm, time_limit=time_limit, memory_budget=int(th.peak_memory), cost_fn=table.seconds)
+            res = optimize(gm, time_limit=time_limit, memory_budget=int(th.peak_memory), cost_fn=table.seconds,
+                           preserve_collective_order=collective_order)
             if res.report.analysed:
                 row["solvercast_at_torch_peak"] = res.optimized
     return row
@@ -386,6 +388,9 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=30.0, help="solvercast's time limit per graph, seconds")
     ap.add_argument("--bucketing", action="store_true",
                     help="PyTorch with bucketing on (run.py's settings) against solvercast choosing its own buckets")
+    ap.add_argument("--collective-order", default="auto", choices=("auto", "global", "group", "free"),
+                    help="solvercast's collective order with --bucketing (auto: per process group here, every "
+                         "rank reading the same table, as PyTorch's scheduler orders each group's FIFO itself)")
     args = ap.parse_args(argv)
     graphs = [g for g in args.graphs.split(",") if g]
     unknown = [g for g in graphs if g not in ALL]
@@ -438,7 +443,8 @@ def _reorder_note(g: str, r: dict) -> str:
 def _bucket_note(g: str, r: dict) -> str:
     rep, predicted = r["report"], r.get("solvercast_predicted")
     return (f"- {g}: solvercast {rep.method} ({rep.solver or '-'}, {rep.solver_status or '-'}), best bound of "
-            f"its graph {rep.best_bound / 1e6:.3f} ms (gap {rep.gap:.1%}); buckets: {rep.buckets}"
+            f"its graph {rep.best_bound / 1e6:.3f} ms (gap {rep.gap:.1%}); collective order {rep.collective_order}; "
+            f"buckets: {rep.buckets}"
             + (f"; its own prediction {_ms(predicted.makespan)} ms" if predicted else "")
             + (f"; PyTorch: {r['torch_error']}" if "torch_error" in r else ""))
 
@@ -448,12 +454,13 @@ def _main_bucketing(graphs: list[str], args) -> int:
           "(FSDP pre-bucketing and overlap-preserving bucketing, its default caps), its memory limit 1.0 x its own "
           "estimator's baseline, every node priced in the benchmark's costs (`table_prices`: the tables for the "
           "collectives they match, bucket sizes included, else solvercast's H100 model). solvercast: `optimize` with "
-          "its defaults (buckets chosen with the schedule, `solvercast.pipeline.buckets`), budget 1.0 x the original "
-          "graph's peak. Each output graph is extracted in the same costs and its order simulated by `simulate` "
+          "its defaults (buckets chosen with the schedule, `solvercast.pipeline.buckets`; the collective order "
+          f"`{args.collective_order}`: auto is per process group here, every rank reading one table, as PyTorch "
+          "orders each group's FIFO itself), budget 1.0 x the original graph's peak. Each output graph is extracted in the same costs and its order simulated by `simulate` "
           "(the same judge for both). Where PyTorch's graph holds more than the original peak, solvercast runs "
           "again with PyTorch's peak as its budget.\n")
-    return _table(BUCKET_COLUMNS, graphs, lambda g: run_graph_bucketed(g, args.dir, args.time_limit), bucket_row_line,
-                  _bucket_note)
+    return _table(BUCKET_COLUMNS, graphs, lambda g: run_graph_bucketed(g, args.dir, args.time_limit, args.collective_order),
+                  bucket_row_line, _bucket_note)
 
 
 if __name__ == "__main__":
