@@ -95,6 +95,39 @@ def test_vendored_backward_graph_reads_its_tables_and_waits_on_inputs():
     assert len(problem.tasks) > 5000 and result.makespan > 0
 
 
+def test_buckets_of_the_vendored_backward_graph_are_priced_by_the_table_at_their_summed_bytes():
+    """The forward graph's FSDP all_gathers (group "0", 8 ranks) merged by solvercast's bucketing: each
+    launch priced by the table row at the members' summed input bytes, as the benchmark prices PyTorch's
+    buckets (`table_prices` with the bytes PyTorch sizes a bucket by: input plus output)."""
+    from solvercast.fx.extract import extract_problem
+    from solvercast.graph.collectives import collective_kind_and_group
+    from solvercast.rewrites.bucketing import BucketGraph, apply_buckets
+    from experiments.benchmarks.collective_tables import BYTES_PER_MB, collective_info
+
+    with public_graphs.loaded_graph("bw_64_2d", device="meta") as (gm, table, info):
+        graph = BucketGraph(gm)
+        sizes = sorted(s.input_bytes for s in graph.sites if s.kind == "all_gather")
+        plan = graph.greedy({"all_gather": 8 * sizes[len(sizes) // 2]})
+        assert plan.buckets
+        bucketed = apply_buckets(gm, plan, graph)
+        problem = extract_problem(bucketed, cost_fn=table.seconds)
+        by_name = {n.name: n for n in gm.graph.nodes}
+        launches = [n for n in bucketed.graph.nodes if n.name.startswith("bucket_all_gather")
+                    and collective_info(n) is not None]
+        assert len(launches) == len(plan.buckets)
+        durations = {t.name: t.duration for t in problem.tasks}
+        price = public_graphs.table_prices(table)
+        for launch, bucket in zip(launches, plan.buckets):
+            summed = sum(collective_info(by_name[m])[2] for m in bucket)
+            assert collective_info(launch)[2] == summed
+            row = next(t for (g, gs, kind), t in table.table.items() if kind == "all_gather_into_tensor" and g == "0")
+            expected_ms = interpolate_ms(row, summed / BYTES_PER_MB)
+            assert durations[launch.name] == round(expected_ms * 1e6)
+            # the price PyTorch's bucketer is given for the same bucket, sized as input + output bytes
+            _, ranks, _ = collective_kind_and_group(launch)
+            assert price(by_name[bucket[0]], summed * (ranks + 1)) == pytest.approx(expected_ms)
+
+
 @pytest.mark.heavy
 def test_script_prints_a_row_per_graph(capsys):
     assert public_graphs.main(["--graphs", "fw_64_1d", "--time-limit", "2"]) == 0
