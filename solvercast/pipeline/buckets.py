@@ -2,10 +2,11 @@
 schedule reaches under the memory budget, never by a fixed size.
 
 The search walks plans (`solvercast.rewrites.bucketing.BucketGraph.greedy`: consecutive collectives of
-one kind and group share a launch up to a byte cap per kind). For each kind in turn it tries caps from
-small to large, each plan's graph extracted and scheduled by the heuristics (the solver's warm starts)
-under the caller's budget, and keeps a cap only where the step gets shorter; a kind stops growing after a
-cap that does not pay. The budget is bytes of the unbucketed graph's peak, so a plan that holds more
+one kind and group share a launch up to a byte cap per kind). For each kind in turn (most bytes first,
+the caps chosen for earlier kinds kept) it lays out the distinct plans of caps 2, 4, 8, ... times the
+kind's median collective, tries every other one (stopping at one over the budget), then the neighbours
+of the best until none is left; each plan's graph is extracted and scheduled by the heuristics (the
+solver's warm starts) under the caller's budget, and the plan with the shortest step is kept. The budget is bytes of the unbucketed graph's peak, so a plan that holds more
 memory than the budget allows is never taken. The solver then orders the chosen plan's graph
 (`solvercast.pipeline.solve.optimize_extracted`).
 
@@ -106,32 +107,45 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     caps: dict[str, int] = {}
     for kind in kinds:
         sizes = sorted(s.input_bytes for s in graph.sites if s.kind == kind)
-        median, total = sizes[len(sizes) // 2], sum(sizes)
         if len(sizes) < 2:
             continue
-        last_plan = BucketPlan()
+        median, total = sizes[len(sizes) // 2], sum(sizes)
+        ladder: list[tuple[int, BucketPlan]] = []  # the distinct plans of growing caps (greedy is cheap)
         for multiple in CAP_MULTIPLES:
-            if spent():
-                break
             cap = median * multiple
             plan = graph.greedy(caps | {kind: cap})
-            if plan == last_plan or plan == best.plan:
-                if cap >= total:
-                    break
-                continue
-            last_plan = plan
+            if plan.buckets and plan != (ladder[-1][1] if ladder else best.plan):
+                ladder.append((cap, plan))
+            if cap >= total:
+                break
+        steps: dict[int, int | None] = {}
+
+        def trial(i: int) -> None:
+            cap, plan = ladder[i]
             bucketed = apply_buckets(gm, plan, graph)
             extracted = extract(bucketed)
-            step = step_of(extracted)
+            step = steps[i] = step_of(extracted)
             best.tried.append((plan.describe(graph.by_name), step))
             say(f"buckets: {plan.describe(graph.by_name)}: step "
                 + ("over the budget" if step is None else f"{step / 1e3:,.1f} us"))
             if step is not None and (best.step is None or step < best.step):
                 best.plan, best.gm, best.extracted, best.step = plan, bucketed, extracted, step
                 caps[kind] = cap
-            elif step is None or step > best.step:
-                break  # a larger cap holds more and launches later still
-            if cap >= total:
+
+        # coarse to fine: every other rung (a cap over the budget ends it: larger ones hold more), then the
+        # neighbours of the best rung until none is left or the work is spent
+        for i in range(1 if len(ladder) > 1 else 0, len(ladder), 2):
+            if spent():
                 break
+            trial(i)
+            if steps[i] is None:
+                break
+        while not spent():
+            fits = [i for i, step in steps.items() if step is not None]
+            centre = min(fits, key=steps.__getitem__) if fits else 0
+            near = [j for j in (centre - 1, centre + 1, centre) if 0 <= j < len(ladder) and j not in steps]
+            if not near:
+                break
+            trial(near[0])
     best.seconds = time.perf_counter() - started
     return best
