@@ -140,11 +140,12 @@ def fake_process_groups(pg_config: dict):
         except Exception:  # no group of that name
             continue
         c10d._unregister_process_group(name)
+    alive = []  # the registry holds groups weakly: they live while the graph is in use
     try:
-        # the registry holds groups weakly: keep them alive while the graph is in use
-        alive = [register_fake_group(name, info["size"]) for name, info in pg_config.items()]  # noqa: F841
+        alive.extend(register_fake_group(name, info["size"]) for name, info in pg_config.items())
         yield max(info["size"] for info in pg_config.values())
     finally:
+        alive.clear()
         for name in pg_config:
             c10d._unregister_process_group(name)
         for name, pg in set_aside.items():
