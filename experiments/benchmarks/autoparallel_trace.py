@@ -319,7 +319,8 @@ def autoparallel_step_ms(gm: fx.GraphModule, price_ms: Callable[[fx.Node], float
                          launch_overhead_us: float = LAUNCH_OVERHEAD_US) -> float:
     """The step time, in milliseconds, that autoparallel's ``create_execution_trace`` gives ``gm`` in its node
     order, every node taking ``price_ms(node)`` milliseconds: the latest end of a trace event, as autoparallel's
-    overlap simulator (run.py's ``calculate_stats``) reads it. 0.0 for a graph with no node of positive price."""
+    overlap simulator (run.py's ``calculate_stats``) reads it. 0.0 for a graph with no node of positive price;
+raises whatever ``price_ms`` raises."""
     trace = trace_events(gm, price_ms, launch_overhead_us=launch_overhead_us)
     return max((e["ts"] + e["dur"] for e in trace["traceEvents"]), default=0.0) / 1e3
 
@@ -341,7 +342,8 @@ def _simulate_ms(gm: fx.GraphModule, table, sync: bool = True) -> float:
 
 
 def judge(gm: fx.GraphModule, table) -> dict[str, float]:
-    """Both judges' steps (ms) for ``gm`` in its node order, each as it is and without its own constant."""
+    """Both judges' steps (ms) for ``gm`` in its node order, each as it is and without its own constant. Raises
+    `ExtractionError` where solvercast cannot extract ``gm``."""
     price_ms = table_prices(table)
     return dict(autoparallel=autoparallel_step_ms(gm, price_ms),
                 autoparallel_launch0=autoparallel_step_ms(gm, price_ms, launch_overhead_us=0.0),
