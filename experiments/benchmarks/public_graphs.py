@@ -34,8 +34,9 @@ of the graph that this table does not measure), its memory limit at 1.0 x its ow
 memory estimator is not solvercast's, so its order may hold more than the original peak by `simulate`'s
 measure; where it does, solvercast runs again with that peak as its budget, so that the two are also
 compared on equal memory. Each order is simulated by solvercast's `simulate` on the same Problem. autoparallel's ``create_execution_trace`` is
-not run here (it is not vendored); a trial outside the project found it within 0.09% of `simulate` on
-``fw_256_1d``'s original order with the same per-node costs.
+not run here: `experiments.benchmarks.autoparallel_trace` vendors it and judges the original order and
+solvercast's with both simulators on these costs (experiments/results/autoparallel_trace.md; a trial outside
+the project had found it within 0.09% of `simulate` on ``fw_256_1d``'s original order).
 
 make_fx leaves the getitems of the forward graphs' int outputs without ``meta["val"]``: extraction derives
 them (the report's note counts them).
