@@ -3,7 +3,7 @@ schedule reaches under the memory budget, never by a fixed size.
 
 The search walks plans (`solvercast.rewrites.bucketing.BucketGraph.greedy`: consecutive collectives of
 one kind and group share a launch up to a byte cap per kind). For each kind in turn (most bytes first,
-the caps chosen for earlier kinds kept) it lays out the distinct plans of caps 2, 4, 8, ... times the
+the caps chosen for earlier kinds kept, each kind an equal share of the work left) it lays out the distinct plans of caps 2, 4, 8, ... times the
 kind's median collective, tries every other one (stopping at one over the budget), then the neighbours
 of the best until none is left; each plan's graph is extracted and scheduled by the heuristics (the
 solver's warm starts) under the caller's budget, and the plan with the shortest step is kept. The budget is bytes of the unbucketed graph's peak, so a plan that holds more
@@ -31,7 +31,7 @@ from solvercast.ir.simulate import simulate
 from solvercast.rewrites.bucketing import BITWISE_KINDS, BucketGraph, BucketOptions, BucketPlan, apply_buckets
 
 #: the bucket search's work is shared among about this many plans (each plan's heuristics get this share)
-PLANS_PER_SHARE = 6
+PLANS_PER_SHARE = 12
 #: each kind's caps, as multiples of its median collective's input bytes (1: no merge)
 CAP_MULTIPLES = (2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -99,16 +99,18 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
         spent_work += work.spent + extract_work_per_task * problem.num_tasks
         return None if schedule is None else simulate(problem, schedule).makespan
 
-    def spent() -> bool:
-        return time.perf_counter() > deadline or (work_limit is not None and spent_work >= work_limit)
-
     base_step = step_of(unbucketed)
     best = BucketChoice(BucketPlan(), gm, unbucketed, graph, base_step, base_step)
     caps: dict[str, int] = {}
-    for kind in kinds:
+    kinds = [k for k in kinds if sum(s.kind == k for s in graph.sites) >= 2]
+    for n, kind in enumerate(kinds):
+        # each kind gets an equal share of the work left (what an earlier kind leaves goes to later ones)
+        kind_limit = None if work_limit is None else spent_work + (work_limit - spent_work) / (len(kinds) - n)
+
+        def spent() -> bool:
+            return time.perf_counter() > deadline or (kind_limit is not None and spent_work >= kind_limit)
+
         sizes = sorted(s.input_bytes for s in graph.sites if s.kind == kind)
-        if len(sizes) < 2:
-            continue
         median, total = sizes[len(sizes) // 2], sum(sizes)
         ladder: list[tuple[int, BucketPlan]] = []  # the distinct plans of growing caps (greedy is cheap)
         for multiple in CAP_MULTIPLES:
