@@ -269,6 +269,7 @@ def table_prices(table: TableEstimator, device: str = "h100"):
 def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float, collective_order="auto") -> dict:
     """PyTorch's ``schedule_overlap_bucketing`` with bucketing on (run.py's settings) against solvercast
     choosing its own buckets, on the same costs; each output graph extracted and its order simulated."""
+    from experiments.benchmarks.autoparallel_trace import autoparallel_step_ms
     from experiments.benchmarks.torch_overlap import torch_overlap_bucketed, unavailable_reason
     from solvercast import optimize, simulate
     from solvercast.fx.extract import extract_problem
@@ -290,6 +291,7 @@ def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float, co
         row["report"] = res.report
         if res.report.analysed:  # judged as PyTorch's graph is: its lowered module, extracted again
             row["solvercast"] = judged(res.gm)
+            row["solvercast_ap_ms"] = autoparallel_step_ms(res.gm, table_prices(table))
             row["solvercast_predicted"] = res.optimized
             row["solvercast_colls"] = collective_counts(res.gm)
         reason = unavailable_reason()
@@ -301,6 +303,7 @@ def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float, co
             torch_gm = torch_overlap_bucketed(gm, table_prices(table), budget_ratio=1.0)
             row["torch_s"] = time.perf_counter() - start
             row["torch"] = judged(torch_gm)
+            row["torch_ap_ms"] = autoparallel_step_ms(torch_gm, table_prices(table))
             row["torch_colls"] = collective_counts(torch_gm)
         except Exception as e:  # the peer failed on this graph: say so, never a number
             row["torch_error"] = _failure(e)
@@ -315,6 +318,7 @@ def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float, co
 
 
 BUCKET_COLUMNS = ["graph", "nodes", "AG/RS/AR", "original ms", "solvercast ms", "PyTorch ms", "solvercast / PyTorch",
+                  "by autoparallel's trace: solvercast / PyTorch ms",
                   "solvercast ms at PyTorch's peak", "solvercast AG/RS/AR", "PyTorch AG/RS/AR", "original peak GiB",
                   "solvercast peak GiB", "PyTorch peak GiB", "solvercast s", "PyTorch s"]
 
@@ -324,6 +328,8 @@ def bucket_row_line(r: dict) -> str:
     cells = [r["graph"], str(r["nodes"]), r["colls"], _ms(orig.makespan), _ms(sc.makespan) if sc else "not analysed",
              _ms(th.makespan) if th else f"none: {r['torch_error']}",
              f"{sc.makespan / th.makespan:.3f}" if sc and th else "-",
+             f"{r['solvercast_ap_ms']:.3f} / {r['torch_ap_ms']:.3f}" if "solvercast_ap_ms" in r and "torch_ap_ms" in r
+             else "-",
              _ms(r["solvercast_at_torch_peak"].makespan) if "solvercast_at_torch_peak" in r else "-",
              r.get("solvercast_colls", "-"), r.get("torch_colls", "-"), _gib(orig.peak_memory),
              _gib(sc.peak_memory) if sc else "-", _gib(th.peak_memory) if th else "-", f"{r['solvercast_s']:.1f}",
@@ -459,7 +465,9 @@ def _main_bucketing(graphs: list[str], args) -> int:
           "its defaults (buckets chosen with the schedule, `solvercast.pipeline.buckets`; the collective order "
           f"`{args.collective_order}`: auto is per process group here, every rank reading one table, as PyTorch "
           "orders each group's FIFO itself), budget 1.0 x the original graph's peak. Each output graph is extracted in the same costs and its order simulated by `simulate` "
-          "(the same judge for both). Where PyTorch's graph holds more than the original peak, solvercast runs "
+          "(the same judge for both), and by autoparallel's `create_execution_trace` (vendored: "
+          "`experiments.benchmarks.autoparallel_trace`; it adds 1 us per node, see results/autoparallel_trace.md). "
+          "Where PyTorch's graph holds more than the original peak, solvercast runs "
           "again with PyTorch's peak as its budget.\n")
     return _table(BUCKET_COLUMNS, graphs, lambda g: run_graph_bucketed(g, args.dir, args.time_limit, args.collective_order),
                   bucket_row_line, _bucket_note)
