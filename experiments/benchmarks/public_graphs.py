@@ -5,6 +5,13 @@ scheduler, every schedule judged by `simulate` on the same costs. A markdown tab
     python -m experiments.benchmarks.public_graphs --graphs fw_64_1d --time-limit 5        # one, quick
     python -m experiments.benchmarks.public_graphs --dir ~/autoparallel/autoparallel/tools/overlap_simulator \\
         --graphs fw_256_2d,bw_256_2d
+    python -m experiments.benchmarks.public_graphs --bucketing --time-limit 60      # buckets on for both
+    python -m experiments.benchmarks.public_graphs --same-buckets --time-limit 30   # PyTorch's buckets for both
+
+Three comparisons: reordering only (the default: both order the graph's own collectives); ``--bucketing``
+(PyTorch's ``schedule_overlap_bucketing`` with bucketing on, as run.py runs it, against solvercast choosing
+its own buckets with the schedule: results/public_graphs_buckets.md); ``--same-buckets`` (PyTorch's
+bucketed output graph for both: its order against solvercast reordering it).
 
 The graphs are the FX repro modules of meta-pytorch/autoparallel's overlap simulator
 (``autoparallel/tools/overlap_simulator/repro_llama3_8b_{fw,bw}_{64,256}_{1d,2d}.py``: forward and backward
@@ -317,6 +324,56 @@ def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float, co
     return row
 
 
+def run_graph_on_torch_buckets(graph: str, directory: Path | None, time_limit: float,
+                               collective_order="auto") -> dict:
+    """PyTorch's bucketed graph (run.py's settings) as both start from: PyTorch's own order of it against
+    solvercast reordering it (no buckets of its own), on the same collectives, at the original graph's
+    peak and at the peak of PyTorch's order."""
+    from experiments.benchmarks.torch_overlap import torch_overlap_bucketed, unavailable_reason
+    from solvercast import optimize, simulate
+    from solvercast.fx.extract import extract_problem
+    from solvercast.ir.schedule import Schedule
+
+    reason = unavailable_reason()
+    if reason:
+        raise RuntimeError(reason)
+    with loaded_graph(graph, directory, device="meta") as (gm, table, info):
+        original = simulate(p := extract_problem(gm, cost_fn=table.seconds), Schedule.original(p))
+        torch_gm = torch_overlap_bucketed(gm, table_prices(table), budget_ratio=1.0)
+        torch_problem = extract_problem(torch_gm, cost_fn=table.seconds)
+        torch_run = simulate(torch_problem, Schedule.original(torch_problem))
+        row = dict(graph=graph, nodes=info["nodes"], colls=collective_counts(torch_gm), original=original,
+                   torch=torch_run)
+        for label, budget in (("at_original_peak", original.peak_memory), ("at_torch_peak", torch_run.peak_memory)):
+            start = time.perf_counter()
+            res = optimize(torch_gm, time_limit=time_limit, memory_budget=int(budget), cost_fn=table.seconds,
+                           bucketing=False, preserve_collective_order=collective_order)
+            row[label] = dict(step=res.optimized, seconds=time.perf_counter() - start, report=res.report)
+    return row
+
+
+SAME_BUCKET_COLUMNS = ["graph", "PyTorch's AG/RS/AR", "PyTorch ms", "solvercast ms at the original peak",
+                       "solvercast / PyTorch", "gap to its bound", "solvercast ms at PyTorch's peak",
+                       "solvercast / PyTorch at its peak", "gap to its bound at PyTorch's peak", "original peak GiB",
+                       "PyTorch peak GiB", "solvercast s"]
+
+
+def same_bucket_row_line(r: dict) -> str:
+    th, a, b = r["torch"], r["at_original_peak"], r["at_torch_peak"]
+    cells = [r["graph"], r["colls"], _ms(th.makespan), _ms(a["step"].makespan), f"{a['step'].makespan / th.makespan:.3f}",
+             f"{a['report'].gap:.1%}", _ms(b["step"].makespan), f"{b['step'].makespan / th.makespan:.3f}",
+             f"{b['report'].gap:.1%}", _gib(r["original"].peak_memory), _gib(th.peak_memory),
+             f"{a['seconds']:.1f} / {b['seconds']:.1f}"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _same_bucket_note(g: str, r: dict) -> str:
+    a, b = r["at_original_peak"]["report"], r["at_torch_peak"]["report"]
+    return (f"- {g}: at the original peak {a.method} ({a.solver or '-'}, {a.solver_status or '-'}), best bound "
+            f"{a.best_bound / 1e6:.3f} ms; at PyTorch's peak {b.method} ({b.solver or '-'}, {b.solver_status or '-'}), "
+            f"best bound {b.best_bound / 1e6:.3f} ms; collective order {a.collective_order}")
+
+
 BUCKET_COLUMNS = ["graph", "nodes", "AG/RS/AR", "original ms", "solvercast ms", "PyTorch ms", "solvercast / PyTorch",
                   "by autoparallel's trace: solvercast / PyTorch ms",
                   "solvercast ms at PyTorch's peak", "solvercast AG/RS/AR", "PyTorch AG/RS/AR", "original peak GiB",
@@ -397,8 +454,10 @@ def main(argv=None) -> int:
     ap.add_argument("--bucketing", action="store_true",
                     help="PyTorch with bucketing on (run.py's settings) against solvercast choosing its own buckets")
     ap.add_argument("--collective-order", default="auto", choices=("auto", "global", "group", "free"),
-                    help="solvercast's collective order with --bucketing (auto: per process group here, every "
+                    help="solvercast's collective order with --bucketing or --same-buckets (auto: per process group here, every "
                          "rank reading the same table, as PyTorch's scheduler orders each group's FIFO itself)")
+    ap.add_argument("--same-buckets", action="store_true",
+                    help="PyTorch's bucketed graph for both: its order against solvercast reordering it")
     args = ap.parse_args(argv)
     graphs = [g for g in args.graphs.split(",") if g]
     unknown = [g for g in graphs if g not in ALL]
@@ -413,6 +472,14 @@ def main(argv=None) -> int:
           f"Python {platform.python_version()}, torch {torch.__version__}.\n")
     if args.bucketing:
         return _main_bucketing(graphs, args)
+    if args.same_buckets:
+        print("PyTorch's buckets for both: `schedule_overlap_bucketing` as run.py calls it (its order and its "
+              "buckets), against solvercast reordering PyTorch's output graph with `bucketing=False` (the same "
+              "collectives), budget the original graph's peak and then PyTorch's peak, collective order "
+              f"`{args.collective_order}`. Every graph extracted in the same costs and simulated by `simulate`.\n")
+        return _table(SAME_BUCKET_COLUMNS, graphs,
+                      lambda g: run_graph_on_torch_buckets(g, args.dir, args.time_limit, args.collective_order),
+                      same_bucket_row_line, _same_bucket_note)
     print("Costs: collectives from autoparallel's tables as run.py interpolates them; collectives no table row "
           "matches, and all compute, from solvercast's H100 analytic model (PyTorch's estimator needs triton). "
           "Every order is simulated by solvercast's `simulate` on one Problem. PyTorch's scheduler runs with "
