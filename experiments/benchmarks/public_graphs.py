@@ -330,7 +330,7 @@ def run_graph_on_torch_buckets(graph: str, directory: Path | None, time_limit: f
     solvercast reordering it (no buckets of its own), on the same collectives, at the original graph's
     peak and at the peak of PyTorch's order."""
     from experiments.benchmarks.torch_overlap import torch_overlap_bucketed, unavailable_reason
-    from solvercast import optimize, simulate
+    from solvercast import InfeasibleBudgetError, optimize, simulate
     from solvercast.fx.extract import extract_problem
     from solvercast.ir.schedule import Schedule
 
@@ -346,8 +346,13 @@ def run_graph_on_torch_buckets(graph: str, directory: Path | None, time_limit: f
                    torch=torch_run)
         for label, budget in (("at_original_peak", original.peak_memory), ("at_torch_peak", torch_run.peak_memory)):
             start = time.perf_counter()
-            res = optimize(torch_gm, time_limit=time_limit, memory_budget=int(budget), cost_fn=table.seconds,
-                           bucketing=False, preserve_collective_order=collective_order)
+            try:
+                res = optimize(torch_gm, time_limit=time_limit, memory_budget=int(budget), cost_fn=table.seconds,
+                               bucketing=False, preserve_collective_order=collective_order)
+            except InfeasibleBudgetError as e:  # PyTorch's buckets may hold more than the budget in any order
+                row[label] = dict(step=None, seconds=time.perf_counter() - start, report=None,
+                                  error=f"nothing fits: smallest peak found {_gib(e.best_peak)} GiB")
+                continue
             row[label] = dict(step=res.optimized, seconds=time.perf_counter() - start, report=res.report)
     return row
 
@@ -359,19 +364,26 @@ SAME_BUCKET_COLUMNS = ["graph", "PyTorch's AG/RS/AR", "PyTorch ms", "solvercast 
 
 
 def same_bucket_row_line(r: dict) -> str:
-    th, a, b = r["torch"], r["at_original_peak"], r["at_torch_peak"]
-    cells = [r["graph"], r["colls"], _ms(th.makespan), _ms(a["step"].makespan), f"{a['step'].makespan / th.makespan:.3f}",
-             f"{a['report'].gap:.1%}", _ms(b["step"].makespan), f"{b['step'].makespan / th.makespan:.3f}",
-             f"{b['report'].gap:.1%}", _gib(r["original"].peak_memory), _gib(th.peak_memory),
-             f"{a['seconds']:.1f} / {b['seconds']:.1f}"]
+    th = r["torch"]
+
+    def cells_of(run: dict) -> list[str]:
+        if run["step"] is None:
+            return [run["error"], "-", "-"]
+        return [_ms(run["step"].makespan), f"{run['step'].makespan / th.makespan:.3f}", f"{run['report'].gap:.1%}"]
+
+    a, b = r["at_original_peak"], r["at_torch_peak"]
+    cells = [r["graph"], r["colls"], _ms(th.makespan), *cells_of(a), *cells_of(b), _gib(r["original"].peak_memory),
+             _gib(th.peak_memory), f"{a['seconds']:.1f} / {b['seconds']:.1f}"]
     return "| " + " | ".join(cells) + " |"
 
 
 def _same_bucket_note(g: str, r: dict) -> str:
-    a, b = r["at_original_peak"]["report"], r["at_torch_peak"]["report"]
-    return (f"- {g}: at the original peak {a.method} ({a.solver or '-'}, {a.solver_status or '-'}), best bound "
-            f"{a.best_bound / 1e6:.3f} ms; at PyTorch's peak {b.method} ({b.solver or '-'}, {b.solver_status or '-'}), "
-            f"best bound {b.best_bound / 1e6:.3f} ms; collective order {a.collective_order}")
+    def said(label: str, rep) -> str:
+        return f"{label}: none" if rep is None else (
+            f"{label}: {rep.method} ({rep.solver or '-'}, {rep.solver_status or '-'}), best bound "
+            f"{rep.best_bound / 1e6:.3f} ms, collective order {rep.collective_order}")
+    return (f"- {g}: " + said("at the original peak", r["at_original_peak"]["report"]) + "; "
+            + said("at PyTorch's peak", r["at_torch_peak"]["report"]))
 
 
 BUCKET_COLUMNS = ["graph", "nodes", "AG/RS/AR", "original ms", "solvercast ms", "PyTorch ms", "solvercast / PyTorch",
