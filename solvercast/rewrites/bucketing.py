@@ -143,8 +143,9 @@ def bucket_sites(gm: fx.GraphModule, options: BucketOptions = BucketOptions()) -
         if len(users) != 1 or op_target(users[0].target) is not wait:
             continue
         val = node_val(node.args[0])
-        if not isinstance(val, torch.Tensor) or not val.is_contiguous() or val.dim() == 0:
-            continue
+        if not isinstance(val, torch.Tensor) or val.dim() == 0 or any(not isinstance(d, int) for d in val.shape) \
+                or not val.is_contiguous():
+            continue  # a bucket is laid out from concrete sizes: symbolic ones (dynamic shapes) stay alone
         _, group_size, _ = collective_kind_and_group(node)
         if kind == "reduce_scatter" and hint_int(val.shape[0], fallback=0) % group_size:
             continue  # rows of ranks must divide evenly

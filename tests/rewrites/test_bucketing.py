@@ -218,3 +218,17 @@ def test_every_process_builds_the_same_buckets():
         assert out.returncode == 0, out.stderr[-2000:]
         plans.append(out.stdout.strip().splitlines()[-1])
     assert plans[0] == plans[1] and plans[0] != "()"
+
+
+def test_collectives_of_symbolic_sizes_stay_alone():
+    """A trace with dynamic shapes (make_fx, symbolic): a bucket's layout needs concrete sizes, so its
+    all_gathers are no sites, and bucket_sites neither raises nor merges them."""
+    group = fake_group(4, tag="bk")
+
+    def step(a, b):
+        return [C10D.wait_tensor(C10D.all_gather_into_tensor(t, 4, group)) for t in (a, b)]
+
+    gm = make_fx(step, tracing_mode="symbolic")(torch.empty(8, 16), torch.empty(8, 16))
+    collectives = [n for n in gm.graph.nodes if "all_gather" in str(n.target)]
+    assert len(collectives) == 2 and any(not isinstance(d, int) for d in collectives[0].args[0].meta["val"].shape)
+    assert BucketGraph(gm).sites == []
