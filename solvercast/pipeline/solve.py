@@ -288,6 +288,15 @@ def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deter
     if res.stats.get("stopped_by_wall_clock"):
         info["solver_message"] = ((res.message + "; ") if res.message else "") + (
             "the wall clock, not the deterministic limit, ended the search: other ranks may get another schedule")
+        if deterministic and res.schedule is not None and hint is not None \
+                and not _keeps_global_order(problem, res.schedule):
+            # ranks whose searches stop at different points may launch collectives of two groups in opposite
+            # orders and hang (docs/execution_rules.md, "Collective order"); the warm start, found under counted
+            # work, is the same on every rank
+            info["fallback"] = ("the wall clock ended the search, and its schedule launches collectives out of "
+                                "their original order: kept the warm start, which every rank computes alike")
+            info["method"] = hint.method
+            return hint, info
     if res.schedule is None:
         if hint is None:
             raise InfeasibleBudgetError(
@@ -301,6 +310,12 @@ def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deter
     else:
         info["method"] = info["solver"]
     return res.schedule, info
+
+
+def _keeps_global_order(problem: Problem, schedule: Schedule) -> bool:
+    """Whether ``schedule`` launches every comm op in its original order: safe whatever other ranks compute."""
+    position = {t: i for i, t in enumerate(schedule.order)}
+    return sorted(problem.comm_tasks, key=position.__getitem__) == list(problem.comm_tasks)
 
 
 def _within_budget(problem: Problem, schedule: Schedule, budget: int | None) -> Schedule:

@@ -1,11 +1,12 @@
 """optimize(), its report, trace, plot and the command line."""
 
 import json
+import math
 
 import pytest
 import torch
 
-from solvercast import InfeasibleBudgetError, Schedule, SolvercastPass, lower_bounds, optimize, validate
+from solvercast import InfeasibleBudgetError, Role, Schedule, SolvercastPass, lower_bounds, optimize, simulate, validate
 from solvercast.pipeline.cli import main
 from solvercast.models import build
 
@@ -314,3 +315,36 @@ def test_auto_collective_order_is_per_group_only_where_every_rank_computes_the_s
     gm = build("fsdp_tp")
     assert optimize(gm, time_limit=1).report.collective_order == "group"
     assert optimize(gm, time_limit=1, deterministic=False).report.collective_order == "global"
+
+
+@pytest.mark.parametrize("stopped_by_wall_clock", [True, False])
+def test_a_search_the_wall_clock_ended_never_returns_a_cross_group_order(stopped_by_wall_clock, monkeypatch):
+    """Under the per-group order, ranks whose searches the wall clock stops at different points could launch two
+    groups' collectives in opposite orders and hang: such a schedule gives way to the warm start, which every
+    rank computes alike. The solver here returns an order with group b's all_reduce launched first."""
+    import dataclasses as dc
+
+    from solvercast.ir.schedule import Schedule
+    from solvercast.pipeline import methods
+    from solvercast.solvers.result import SolveResult, SolveStatus
+    from tests.fx.test_comm_groups import _graph
+
+    gm = _graph(two_groups=True)
+    real = methods.BY_NAME["cpsat"]
+
+    def cross_group(problem, hint, *args, **kwargs):
+        ids = {t.name: i for i, t in enumerate(problem.tasks)}
+        first = ["mm_1", "all_reduce_1", "mm", "all_reduce"]  # group b's matmul and all_reduce, then group a's
+        order = [ids[n] for n in first] + [t for t in hint.order if problem.tasks[t].name not in first]
+        schedule = Schedule(tuple(order), method="cpsat")
+        return SolveResult(schedule, SolveStatus.FEASIBLE, simulate(problem, schedule), None, None, 0.0,
+                           stats={"stopped_by_wall_clock": stopped_by_wall_clock})
+
+    monkeypatch.setitem(methods.BY_NAME, "cpsat", dc.replace(real, run=cross_group))
+    res = optimize(gm, time_limit=5, method="cpsat", memory_budget=math.inf, bucketing=False,
+                   preserve_collective_order="group")
+    names = [res.problem.tasks[t].name for t in res.schedule.order if res.problem.tasks[t].role == Role.COMM]
+    if stopped_by_wall_clock:
+        assert names == ["all_reduce", "all_reduce_1"] and "wall clock ended the search" in res.report.fallback
+    else:  # a search that ended on its deterministic limit is the same on every rank: nothing replaced
+        assert "wall clock" not in (res.report.fallback or "")
