@@ -68,8 +68,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import platform
 import shlex
 import sys
 import time
@@ -80,8 +78,8 @@ import torch
 import torch.fx as fx
 from torch.utils._dtype_abbrs import dtype_abbrs
 
-from experiments.benchmarks.public_graphs import (ALL, VENDORED, _commit, collective_counts, loaded_graph,
-                                                  table_prices)
+from experiments.benchmarks.public_graphs import (add_graph_arguments, chosen_graphs, collective_counts, loaded_graph,
+                                                  run_line, table_prices)
 from experiments.common import below_commands, command_line, print_table_head
 
 # ---- vendored from autoparallel (autoparallel/graph_passes/debug_helpers.py) ----------------------------------
@@ -390,23 +388,14 @@ def main(argv=None) -> int:
     `simulate` on autoparallel's Llama-3 8B graphs, in their original order and in solvercast's, on the same
     per-node costs? A markdown table to stdout (result: experiments/results/autoparallel_trace.md)."""
     ap = command_line("experiments.benchmarks.autoparallel_trace", main.__doc__, below_commands(__doc__))
-    ap.add_argument("--graphs", default=",".join(VENDORED),
-                    help=f"comma-separated, of {', '.join(ALL)} (default: the vendored two)")
-    ap.add_argument("--dir", type=Path, default=None,
-                    help="folder with autoparallel's repro_llama3_8b_*.py and colls*.table (default: the vendored ones)")
-    ap.add_argument("--time-limit", type=float, default=10.0, help="solvercast's time limit per graph, seconds")
+    add_graph_arguments(ap, 10.0)
     args = ap.parse_args(argv)
-    graphs = [g for g in args.graphs.split(",") if g]
-    unknown = [g for g in graphs if g not in ALL]
-    if unknown:
-        ap.error(f"unknown graphs {unknown}; expected some of {', '.join(ALL)}")
+    graphs = chosen_graphs(ap, args)
 
     command = "python -m experiments.benchmarks.autoparallel_trace " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     print("# autoparallel's execution-trace simulator and solvercast's `simulate`, side by side\n")
     print(f"Command: `{command}` (solvercast's time limit {args.time_limit:g} s).\n")
-    print(f"Run at commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine "
-          f"{platform.machine()}, nproc {os.cpu_count()}, load average at start {os.getloadavg()[0]:.1f}; "
-          f"Python {platform.python_version()}, torch {torch.__version__}.\n")
+    print(run_line())
     print("Each order judged in its own node order, on the same per-node prices, by autoparallel's "
           "`create_execution_trace` (vendored from meta-pytorch/autoparallel a54c2529; step = latest event end, as "
           "its run.py reads it) and by solvercast's `simulate` (the graph extracted with `cost_fn=table.seconds`). "

@@ -454,15 +454,36 @@ def _commit() -> str:
         return "unknown"
 
 
-def main(argv=None) -> int:
-    """How do solvercast and PyTorch's overlap scheduler schedule autoparallel's Llama-3 8B graphs, on the same
-    costs and judged by the same simulator? A markdown table to stdout (result: experiments/results/public_graphs.md)."""
-    ap = command_line("experiments.benchmarks.public_graphs", main.__doc__, below_commands(__doc__))
+def add_graph_arguments(ap, time_limit: float) -> None:
+    """The options every script on these graphs takes: --graphs, --dir, --time-limit."""
     ap.add_argument("--graphs", default=",".join(VENDORED),
                     help=f"comma-separated, of {', '.join(ALL)} (default: the vendored two)")
     ap.add_argument("--dir", type=Path, default=None,
                     help="folder with autoparallel's repro_llama3_8b_*.py and colls*.table (default: the vendored ones)")
-    ap.add_argument("--time-limit", type=float, default=30.0, help="solvercast's time limit per graph, seconds")
+    ap.add_argument("--time-limit", type=float, default=time_limit, help="solvercast's time limit per graph, seconds")
+
+
+def chosen_graphs(ap, args) -> list[str]:
+    """The graphs --graphs names; a usage error for one that is none of autoparallel's eight."""
+    graphs = [g for g in args.graphs.split(",") if g]
+    unknown = [g for g in graphs if g not in ALL]
+    if unknown:
+        ap.error(f"unknown graphs {unknown}; expected some of {', '.join(ALL)}")
+    return graphs
+
+
+def run_line() -> str:
+    """What a result names its run by: commit, date, machine, load, versions."""
+    return (f"Run at commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine "
+            f"{platform.machine()}, nproc {os.cpu_count()}, load average at start {os.getloadavg()[0]:.1f}; "
+            f"Python {platform.python_version()}, torch {torch.__version__}.\n")
+
+
+def main(argv=None) -> int:
+    """How do solvercast and PyTorch's overlap scheduler schedule autoparallel's Llama-3 8B graphs, on the same
+    costs and judged by the same simulator? A markdown table to stdout (result: experiments/results/public_graphs.md)."""
+    ap = command_line("experiments.benchmarks.public_graphs", main.__doc__, below_commands(__doc__))
+    add_graph_arguments(ap, 30.0)
     ap.add_argument("--bucketing", action="store_true",
                     help="PyTorch with bucketing on (run.py's settings) against solvercast choosing its own buckets")
     ap.add_argument("--collective-order", default="auto", choices=("auto", "global", "group", "free"),
@@ -471,17 +492,12 @@ def main(argv=None) -> int:
     ap.add_argument("--same-buckets", action="store_true",
                     help="PyTorch's bucketed graph for both: its order against solvercast reordering it")
     args = ap.parse_args(argv)
-    graphs = [g for g in args.graphs.split(",") if g]
-    unknown = [g for g in graphs if g not in ALL]
-    if unknown:
-        ap.error(f"unknown graphs {unknown}; expected some of {', '.join(ALL)}")
+    graphs = chosen_graphs(ap, args)
 
     command = "python -m experiments.benchmarks.public_graphs " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     print("# autoparallel's Llama-3 8B graphs: solvercast and PyTorch's overlap scheduler\n")
     print(f"Command: `{command}` (time limit {args.time_limit:g} s, budget 1.0 x the original peak).\n")
-    print(f"Run at commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine "
-          f"{platform.machine()}, nproc {os.cpu_count()}, load average at start {os.getloadavg()[0]:.1f}; "
-          f"Python {platform.python_version()}, torch {torch.__version__}.\n")
+    print(run_line())
     if args.bucketing:
         return _main_bucketing(graphs, args)
     if args.same_buckets:
