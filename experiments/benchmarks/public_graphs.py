@@ -199,7 +199,7 @@ def collective_counts(gm: fx.GraphModule) -> str:
 
 
 def run_graph(graph: str, directory: Path | None, time_limit: float) -> dict:
-    from experiments.benchmarks.torch_overlap import torch_overlap_schedule, unavailable_reason
+    from experiments.benchmarks.torch_overlap import torch_overlap_schedule
     from solvercast import optimize, simulate
     from solvercast.fx.extract import extract_problem
     from solvercast.ir.schedule import Schedule
@@ -224,25 +224,46 @@ def run_graph(graph: str, directory: Path | None, time_limit: float) -> dict:
             same = [t.name for t in res.problem.tasks] == [t.name for t in problem.tasks]
             row["solvercast"] = simulate(problem, res.schedule) if same else simulate(res.problem, res.schedule)
             row["solvercast_note"] = "" if same else "judged on optimize's own Problem (task lists differ)"
-        reason = unavailable_reason()
-        if reason:
-            row["torch_error"] = reason
-        else:
-            start = time.perf_counter()
-            try:
-                row["torch"] = simulate(problem, torch_overlap_schedule(gm, problem, budget_ratio=1.0))
-            except Exception as e:  # the peer failed on this graph: say so, never a number
-                row["torch_error"] = _failure(e)
-            row["torch_s"] = time.perf_counter() - start
-        th = row.get("torch")
-        if th is not None and th.peak_memory > original.peak_memory:
-            # PyTorch's order holds more than the original peak that binds solvercast: solvercast again,
-            # with PyTorch's peak (as simulate measures it) as its budget
-            res = optimize(gm, time_limit=time_limit, memory_budget=int(th.peak_memory), cost_fn=table.seconds,
-                           bucketing=False)
-            if res.report.analysed:
-                row["solvercast_at_torch_peak"] = simulate(problem, res.schedule)
+        _run_peer(row, lambda: torch_overlap_schedule(gm, problem, budget_ratio=1.0),
+                  lambda schedule: row.update(torch=simulate(problem, schedule)))
+
+        def at_peak(budget: int):
+            res = optimize(gm, time_limit=time_limit, memory_budget=budget, cost_fn=table.seconds, bucketing=False)
+            return simulate(problem, res.schedule) if res.report.analysed else None
+
+        _again_at_torch_peak(row, original, at_peak)
     return row
+
+
+def _run_peer(row: dict, run, judge) -> None:
+    """PyTorch's scheduler on one graph: ``run()`` timed into ``row["torch_s"]``, its output handed to
+    ``judge``; where torch lacks the scheduler or it fails on the graph, ``row["torch_error"]`` says why
+    (never a number)."""
+    from experiments.benchmarks.torch_overlap import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason:
+        row["torch_error"] = reason
+        return
+    start = time.perf_counter()
+    try:
+        out = run()
+    except Exception as e:  # the peer failed on this graph: say so, never a number
+        row["torch_error"] = _failure(e)
+        row["torch_s"] = time.perf_counter() - start
+        return
+    row["torch_s"] = time.perf_counter() - start
+    judge(out)
+
+
+def _again_at_torch_peak(row: dict, original, solve) -> None:
+    """Where PyTorch's result holds more than the original peak that binds solvercast, solvercast again with
+    PyTorch's peak (as `simulate` measures it) as its budget: ``solve(budget)`` -> its simulation or None."""
+    th = row.get("torch")
+    if th is not None and th.peak_memory > original.peak_memory:
+        got = solve(int(th.peak_memory))
+        if got is not None:
+            row["solvercast_at_torch_peak"] = got
 
 
 def table_prices(table: TableEstimator, device: str = "h100"):
@@ -277,7 +298,7 @@ def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float, co
     """PyTorch's ``schedule_overlap_bucketing`` with bucketing on (run.py's settings) against solvercast
     choosing its own buckets, on the same costs; each output graph extracted and its order simulated."""
     from experiments.benchmarks.autoparallel_trace import autoparallel_step_ms
-    from experiments.benchmarks.torch_overlap import torch_overlap_bucketed, unavailable_reason
+    from experiments.benchmarks.torch_overlap import torch_overlap_bucketed
     from solvercast import optimize, simulate
     from solvercast.fx.extract import extract_problem
     from solvercast.ir.schedule import Schedule
@@ -289,6 +310,7 @@ def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float, co
     # fake meta tensors: PyTorch's bucketing traces its merge functions, which fake cuda tensors fail on a
     # CPU build of torch
     with loaded_graph(graph, directory, device="meta") as (gm, table, info):
+        prices = table_prices(table)
         row = dict(graph=graph, nodes=info["nodes"], colls=collective_counts(gm), trace_s=info["trace_s"])
         row["original"] = original = judged(gm)
         start = time.perf_counter()
@@ -298,29 +320,19 @@ def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float, co
         row["report"] = res.report
         if res.report.analysed:  # judged as PyTorch's graph is: its lowered module, extracted again
             row["solvercast"] = judged(res.gm)
-            row["solvercast_ap_ms"] = autoparallel_step_ms(res.gm, table_prices(table))
+            row["solvercast_ap_ms"] = autoparallel_step_ms(res.gm, prices)
             row["solvercast_predicted"] = res.optimized
             row["solvercast_colls"] = collective_counts(res.gm)
-        reason = unavailable_reason()
-        if reason:
-            row["torch_error"] = reason
-            return row
-        start = time.perf_counter()
-        try:
-            torch_gm = torch_overlap_bucketed(gm, table_prices(table), budget_ratio=1.0)
-            row["torch_s"] = time.perf_counter() - start
-            row["torch"] = judged(torch_gm)
-            row["torch_ap_ms"] = autoparallel_step_ms(torch_gm, table_prices(table))
-            row["torch_colls"] = collective_counts(torch_gm)
-        except Exception as e:  # the peer failed on this graph: say so, never a number
-            row["torch_error"] = _failure(e)
-            row["torch_s"] = time.perf_counter() - start
-        th = row.get("torch")
-        if th is not None and th.peak_memory > original.peak_memory:
-            res = optimize(gm, time_limit=time_limit, memory_budget=int(th.peak_memory), cost_fn=table.seconds,
+        _run_peer(row, lambda: torch_overlap_bucketed(gm, prices, budget_ratio=1.0),
+                  lambda torch_gm: row.update(torch=judged(torch_gm), torch_ap_ms=autoparallel_step_ms(torch_gm, prices),
+                                              torch_colls=collective_counts(torch_gm)))
+
+        def at_peak(budget: int):
+            res = optimize(gm, time_limit=time_limit, memory_budget=budget, cost_fn=table.seconds,
                            preserve_collective_order=collective_order)
-            if res.report.analysed:
-                row["solvercast_at_torch_peak"] = res.optimized
+            return res.optimized if res.report.analysed else None
+
+        _again_at_torch_peak(row, original, at_peak)
     return row
 
 

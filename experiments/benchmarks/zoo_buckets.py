@@ -25,6 +25,7 @@ import time
 import torch
 import torch.fx as fx
 
+from experiments.benchmarks.public_graphs import collective_counts
 from experiments.common import below_commands, command_line
 
 CASES = {
@@ -33,19 +34,6 @@ CASES = {
     "simple_fsdp": dict(layers=2),
     "fsdp_tp": dict(layers=2),
 }
-
-
-def _counts(gm: fx.GraphModule) -> str:
-    from solvercast.graph.collectives import collective_kind_and_group, kind_of_op
-    from solvercast.graph.fxmeta import op_target
-
-    counts = {"all_gather": 0, "reduce_scatter": 0, "all_reduce": 0}
-    for n in gm.graph.nodes:
-        if n.op == "call_function" and kind_of_op(op_target(n.target)) is not None:
-            kind = collective_kind_and_group(n)[0]
-            if kind in counts:
-                counts[kind] += 1
-    return "/".join(str(v) for v in counts.values())
 
 
 def run_case(name: str, params: dict, time_limit: float) -> dict:
@@ -69,18 +57,18 @@ def run_case(name: str, params: dict, time_limit: float) -> dict:
             return 0.0
 
     gm = build(name.removesuffix("_small"), **params)
-    row = dict(model=name, params=params, colls=_counts(gm), original=judged(gm))
+    row = dict(model=name, params=params, colls=collective_counts(gm), original=judged(gm))
     start = time.perf_counter()
     res = optimize(gm, time_limit=time_limit)
     row.update(solvercast=judged(res.gm), solvercast_s=time.perf_counter() - start, report=res.report,
-               solvercast_colls=_counts(res.gm))
+               solvercast_colls=collective_counts(res.gm))
     reason = unavailable_reason()
     if reason:
         row["torch_error"] = reason
         return row
     try:
         torch_gm = torch_overlap_bucketed(gm, price_ms, budget_ratio=1.0)
-        row.update(torch=judged(torch_gm), torch_colls=_counts(torch_gm))
+        row.update(torch=judged(torch_gm), torch_colls=collective_counts(torch_gm))
     except Exception as e:  # noqa: BLE001 - the peer failed here: say so, never a number
         row["torch_error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         return row

@@ -252,6 +252,10 @@ class SolvercastPass:
                           "compute stream (Inductor opens side streams inside a CUDA device guard); compute_streams "
                           "is set to 1", stacklevel=3)
             options["compute_streams"] = 1
+        if options.get("compute_streams", 1) != 1:
+            # the stream annotation maps the schedule onto the graph's own nodes, so its schedule is of those:
+            # buckets are written into the graph on the one-stream path only
+            options["bucketing"] = False
         # Optimize a copy: wrapping `graph` itself in a GraphModule would steal it from Inductor's module.
         copy_graph = fx.Graph()
         val_map: dict[fx.Node, fx.Node] = {}

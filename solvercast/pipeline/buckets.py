@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 import torch.fx as fx
 
 from solvercast.errors import InfeasibleBudgetError
-from solvercast.graph.collectives import kind_of_op
-from solvercast.graph.fxmeta import op_target
 from solvercast.heuristics import best_heuristic
 from solvercast.heuristics.work import WorkBudget, work_budget
 from solvercast.ir.simulate import simulate
-from solvercast.rewrites.bucketing import BITWISE_KINDS, BucketGraph, BucketOptions, BucketPlan, apply_buckets
+from solvercast.rewrites.bucketing import (BITWISE_KINDS, BUCKET_MEMBERS, BucketGraph, BucketOptions, BucketPlan,
+                                          apply_buckets)
 
 #: the bucket search's work is shared among about this many plans (each plan's heuristics get this share)
 PLANS_PER_SHARE = 12
@@ -52,9 +51,7 @@ class BucketChoice:
 
     def launch_members(self) -> dict[str, tuple[str, ...]]:
         """Each bucket's launch (its node's name in the bucketed graph) -> the collectives it launches."""
-        launches = [n.name for n in self.gm.graph.nodes if n.name.startswith("bucket_")
-                    and n.op == "call_function" and kind_of_op(op_target(n.target)) is not None]
-        return dict(zip(launches, self.plan.buckets))
+        return {n.name: n.meta[BUCKET_MEMBERS] for n in self.gm.graph.nodes if BUCKET_MEMBERS in n.meta}
 
     def summary(self) -> str:
         """One line for the report: what was merged, whether the results stay bitwise, what it bought."""
@@ -83,7 +80,12 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     (wall clock: pass it only where ranks need not agree)."""
     started = time.perf_counter()
     graph = BucketGraph(gm, options)
-    kinds = sorted({s.kind for s in graph.sites}, key=lambda k: -sum(s.input_bytes for s in graph.sites if s.kind == k))
+    # the kinds with two sites or more (one site merges with nothing), most bytes first
+    bytes_of = {k: sum(s.input_bytes for s in graph.sites if s.kind == k) for k in {s.kind for s in graph.sites}
+                if sum(s.kind == k for s in graph.sites) >= 2}
+    kinds = sorted(bytes_of, key=lambda k: (-bytes_of[k], k))
+    if not kinds:  # nothing may merge: no plan, and no heuristic run to compare it with
+        return BucketChoice(BucketPlan(), gm, unbucketed, graph, None, None, seconds=time.perf_counter() - started)
     spent_work = 0.0
 
     def step_of(extracted) -> int | None:
@@ -102,7 +104,6 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     base_step = step_of(unbucketed)
     best = BucketChoice(BucketPlan(), gm, unbucketed, graph, base_step, base_step)
     caps: dict[str, int] = {}
-    kinds = [k for k in kinds if sum(s.kind == k for s in graph.sites) >= 2]
     for n, kind in enumerate(kinds):
         # each kind gets an equal share of the work left (what an earlier kind leaves goes to later ones)
         kind_limit = None if work_limit is None else spent_work + (work_limit - spent_work) / (len(kinds) - n)

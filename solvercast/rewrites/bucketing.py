@@ -46,10 +46,10 @@ from torch.utils._pytree import tree_map
 
 from solvercast.errors import RewriteError
 from solvercast.graph.collectives import collective_kind_and_group, wait_op
-from solvercast.graph.fxmeta import hint_int, node_val, op_target
+from solvercast.graph.fxmeta import bound_args, node_val, op_target
 from solvercast.graph.nodes import NodeKind, classify
 
-__all__ = ["BUCKET_KINDS", "BITWISE_KINDS", "BucketOptions", "Site", "BucketPlan", "BucketGraph", "bucket_sites",
+__all__ = ["BUCKET_KINDS", "BITWISE_KINDS", "BUCKET_MEMBERS", "BucketOptions", "Site", "BucketPlan", "BucketGraph", "bucket_sites",
            "apply_buckets"]
 
 _C10D = torch.ops._c10d_functional
@@ -62,6 +62,8 @@ _OPS = {"all_gather": _C10D.all_gather_into_tensor.default,
 BUCKET_KINDS = tuple(_OPS)
 #: kinds whose bucketed result is bitwise the members' results on every transport
 BITWISE_KINDS = ("all_gather",)
+#: a bucket's launch node records the collectives it launches under this ``meta`` key
+BUCKET_MEMBERS = "solvercast_bucket_members"
 
 
 @dataclass(frozen=True)
@@ -121,11 +123,6 @@ class BucketPlan:
                          for kind, sizes in sorted(per_kind.items()))
 
 
-def _group_of(node: fx.Node, kind: str) -> str:
-    args = node.args
-    return str(args[2] if kind == "all_gather" else args[3] if kind == "reduce_scatter" else args[2])
-
-
 def bucket_sites(gm: fx.GraphModule, options: BucketOptions = BucketOptions()) -> list[Site]:
     """The collectives of ``gm`` a bucket may take, in graph order (see the module docstring)."""
     wait = wait_op()
@@ -147,14 +144,13 @@ def bucket_sites(gm: fx.GraphModule, options: BucketOptions = BucketOptions()) -
                 or not val.is_contiguous():
             continue  # a bucket is laid out from concrete sizes: symbolic ones (dynamic shapes) stay alone
         _, group_size, _ = collective_kind_and_group(node)
-        if kind == "reduce_scatter" and hint_int(val.shape[0], fallback=0) % group_size:
+        if kind == "reduce_scatter" and val.shape[0] % group_size:
             continue  # rows of ranks must divide evenly
-        reduce_op = "" if kind == "all_gather" else str(node.args[1])
+        args = bound_args(node, _OPS[kind])
         # the fake mode of the input's value, by identity: a bucket's values are made in its members' mode
         mode = id(val.fake_mode) if isinstance(val, FakeTensor) else None
-        key = (kind, _group_of(node, kind), group_size, val.dtype, reduce_op, epoch, mode)
-        nbytes = hint_int(val.numel(), fallback=None) * val.element_size()
-        sites.append(Site(node.name, users[0].name, kind, key, nbytes))
+        key = (kind, str(args["group_name"]), group_size, val.dtype, str(args.get("reduce_op", "")), epoch, mode)
+        sites.append(Site(node.name, users[0].name, kind, key, val.numel() * val.element_size()))
     return sites
 
 
@@ -233,8 +229,8 @@ class BucketGraph:
             total = mask = 0
             for s in sites:
                 i = self.position[s.collective]
-                fits = current and total + s.input_bytes <= cap and not self.after[i] & mask \
-                    and not any(self.after[self.position[c.collective]] & (1 << i) for c in current)
+                # (an earlier member's input precedes this site in graph order: it cannot depend on its wait)
+                fits = current and total + s.input_bytes <= cap and not self.after[i] & mask
                 if not fits:
                     buckets.append(tuple(c.collective for c in current))
                     current, total, mask = [], 0, 0
@@ -260,13 +256,16 @@ class _Writer:
         self.wait_bucket = {sites[name].wait: i for i, b in enumerate(plan.buckets) for name in b}
         self.buckets = plan.buckets
         self.launched: dict[int, fx.Node] = {}
+        self.modes: dict[int, FakeTensorMode] = {}  # each bucket's fake mode, from its launch to its wait
         self.mode = None  # the fake mode the bucket being written makes its values in
 
-    def _bucket_mode(self, i: int):
+    def _bucket_mode(self, i: int) -> FakeTensorMode:
         """The fake mode of bucket ``i``'s members' inputs (one: it is part of their key), else a new one
         (values traced with real tensors)."""
-        vals = [node_val(self.by_name[name].args[0]) for name in self.buckets[i]]
-        return detect_fake_mode([v for v in vals if isinstance(v, FakeTensor)]) or FakeTensorMode()
+        if i not in self.modes:
+            vals = [node_val(self.by_name[name].args[0]) for name in self.buckets[i]]
+            self.modes[i] = detect_fake_mode([v for v in vals if isinstance(v, FakeTensor)]) or FakeTensorMode()
+        return self.modes[i]
 
     def write(self) -> fx.GraphModule:
         for node in self.gm.graph.nodes:
@@ -301,9 +300,10 @@ class _Writer:
 
     def _place(self, node: fx.Node) -> None:
         i = self.bucket_of.get(node.name)
-        if i is not None:  # a member: the bucket launches at the first member reached
+        if i is not None:  # the first member reached: the bucket launches here, in place of every member
+            launch = self._launch(i)
             for name in self.buckets[i]:
-                self.env[self.by_name[name]] = self.launched.get(i) or self._launch(i)
+                self.env[self.by_name[name]] = launch
             return
         i = self.wait_bucket.get(node.name)
         if i is not None:  # a member's wait: the bucket is waited on once, and every member's result taken out
@@ -344,6 +344,7 @@ class _Writer:
             flat = self._add(_ATEN.cat.default, (flats,), f"{tag}_in")
             args = (flat, size, group) if kind == "all_gather" else (flat, members[0].args[1], group)
             launch = self._add(_OPS[kind], args, tag)
+        launch.meta[BUCKET_MEMBERS] = self.buckets[i]
         self.launched[i] = launch
         return launch
 
@@ -378,14 +379,4 @@ def apply_buckets(gm: fx.GraphModule, plan: BucketPlan, graph: BucketGraph | Non
     `RewriteError` for a plan this graph cannot take."""
     graph = BucketGraph(gm) if graph is None else graph
     graph.check(plan)
-    if not plan.buckets:
-        return fx.GraphModule(gm, _copied(gm.graph))
-    return _Writer(gm, plan, graph.by_name).write()
-
-
-def _copied(graph: fx.Graph) -> fx.Graph:
-    new = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {}
-    for node in graph.nodes:
-        env[node] = new.node_copy(node, lambda n: env[n])
-    return new
+    return _Writer(gm, plan, graph.by_name).write()  # with no bucket, a copy in the same order

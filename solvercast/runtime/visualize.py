@@ -60,12 +60,12 @@ def write_chrome_trace(path: str | Path, problem: Problem, runs: dict[str, SimRe
     launches, shown in its event's args."""
     events = []
     members = members or {}
-    for pid, (label, (problem, sim)) in enumerate(_per_run(problem, runs).items()):
+    for pid, (label, (run_problem, sim)) in enumerate(_per_run(problem, runs).items()):
         events.append({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": label}})
-        for s in range(problem.machine.num_streams):
+        for s in range(run_problem.machine.num_streams):
             events.append({"ph": "M", "pid": pid, "tid": s, "name": "thread_name",
-                           "args": {"name": _stream_name(problem, s)}})
-        for t, task in enumerate(problem.tasks):
+                           "args": {"name": _stream_name(run_problem, s)}})
+        for t, task in enumerate(run_problem.tasks):
             if task.role == Role.FREE:
                 continue
             events.append({
@@ -74,7 +74,7 @@ def write_chrome_trace(path: str | Path, problem: Problem, runs: dict[str, SimRe
                 "args": {"op": task.op, "occupancy": task.occupancy}
                 | ({"members": list(members[task.name])} if task.name in members else {}),
             })
-        for ts, resident in zip(*memory_curve(problem, sim)):
+        for ts, resident in zip(*memory_curve(run_problem, sim)):
             args = {"resident MiB": resident / 2**20}
             if memory_budget is not None:
                 args["budget MiB"] = memory_budget / 2**20
@@ -123,8 +123,8 @@ def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult
         _plot_frontier(axes[-1], frontier)
         axes = axes[:-1]
     horizon = max(sim.makespan for _, sim in runs.values()) / 1e3
-    for ax, (label, (problem, sim)) in zip(axes, runs.items()):
-        for t, task in enumerate(problem.tasks):
+    for ax, (label, (run_problem, sim)) in zip(axes, runs.items()):
+        for t, task in enumerate(run_problem.tasks):
             if task.role == Role.FREE:
                 continue
             width = (sim.end[t] - sim.start[t]) / 1e3
@@ -138,7 +138,7 @@ def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult
             if width >= horizon * _LABEL_CHARS_WIDTH * len(name):  # label the bars the name fits in
                 ax.text(sim.start[t] / 1e3 + width / 2, row, name, ha="center", va="center", fontsize=6,
                         color="white", clip_on=True)
-        ax.set_yticks(range(streams), [_stream_name(problem, s) for s in reversed(range(streams))])
+        ax.set_yticks(range(streams), [_stream_name(run_problem, s) for s in reversed(range(streams))])
         ax.set_xlim(0, horizon * 1.02)
         ax.set_title(f"{label}: makespan {sim.makespan / 1e3:,.1f} us, exposed comm {sim.exposed_comm / 1e3:,.1f} us")
     handles = [Patch(color=c, label=r.value) for r, c in _COLORS.items()]
@@ -146,8 +146,8 @@ def plot_schedules(path: str | Path, problem: Problem, runs: dict[str, SimResult
         handles.append(Patch(facecolor=_COLORS[Role.COMM], hatch="///", edgecolor="white", label="bucket"))
     axes[0].legend(handles=handles, loc="upper right", fontsize=8)
     mem_ax = axes[-1]
-    for label, (problem, sim) in runs.items():
-        times, resident = memory_curve(problem, sim)
+    for label, (run_problem, sim) in runs.items():
+        times, resident = memory_curve(run_problem, sim)
         mem_ax.step([x / 1e3 for x in times], [r / 2**20 for r in resident], where="post", label=label)
     if memory_budget is not None:
         mem_ax.axhline(memory_budget / 2**20, color="black", ls="--", lw=1, label="budget")

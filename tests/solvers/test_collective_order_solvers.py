@@ -28,18 +28,11 @@ def test_the_cases_differ():
     assert _optimum("group", True) == _optimum(True, True) > _optimum(False, True)
 
 
+@pytest.mark.parametrize("solve", [solve_cpsat, solve_milp], ids=["cpsat", "milp"])
 @pytest.mark.parametrize("mode, same", CASES)
-def test_cpsat_reaches_the_optimum_of_the_mode(mode, same):
+def test_solver_reaches_the_optimum_of_the_mode(solve, mode, same):
     p = two_group_collectives(mode, same_group=same)
-    res = solve_cpsat(p, time_limit=5)
-    validate(p, res.schedule)
-    assert res.simulated.makespan == _optimum(mode, same)
-
-
-@pytest.mark.parametrize("mode, same", CASES)
-def test_milp_reaches_the_optimum_of_the_mode(mode, same):
-    p = two_group_collectives(mode, same_group=same)
-    res = solve_milp(p, time_limit=5)
+    res = solve(p, time_limit=5)
     validate(p, res.schedule)
     assert res.simulated.makespan == _optimum(mode, same)
 
