@@ -52,15 +52,16 @@ def _unchanged_pass():
     return Unchanged()
 
 
-def _compile_traced(name: str, solver_pass) -> tuple[list, list[str]]:
-    """A traced zoo model compiled as one graph with ``solver_pass``: (graphs' kinds, output codes)."""
+def _compile_traced(name: str, solver_pass, device: str = "cpu") -> tuple[list, list[str]]:
+    """A traced zoo model compiled as one graph with ``solver_pass``, its inputs on ``device``: (graphs' kinds,
+    output codes)."""
     from solvercast.models import build
     from tests.end_to_end.test_generated_code_order import _compile_graph_module
 
-    return _compile_graph_module(build(name, layers=1), solver_pass)
+    return _compile_graph_module(build(name, layers=1), solver_pass, device)
 
 
-def run(name: str, setting: str, dump: str | None = None) -> dict:
+def run(name: str, setting: str, dump: str | None = None, device: str = "cpu") -> dict:
     """One compile of model ``name`` (``setting``: one of `SETTINGS`): counts, order kept, seconds; the
     output codes are written to ``dump/<name>_<setting>_<i>.py`` when ``dump`` is given."""
     from solvercast import SolvercastPass
@@ -72,7 +73,7 @@ def run(name: str, setting: str, dump: str | None = None) -> dict:
     if name in DTENSOR:
         graphs, codes = _compile_with_pass(name, solver_pass=solver_pass, layers=1)
     else:
-        graphs, codes = _compile_traced(name, solver_pass)
+        graphs, codes = _compile_traced(name, solver_pass, device)
     seconds = time.perf_counter() - start
     if dump:
         os.makedirs(dump, exist_ok=True)
@@ -102,6 +103,9 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=",".join(DTENSOR + TRACED),
                     help=f"comma-separated, of {', '.join(DTENSOR + TRACED)} (default: all)")
     ap.add_argument("--dump", default=None, help="a folder to write each output code to (default: none)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                    help="where the traced models' inputs live (cuda: Triton kernels; the DTensor models build "
+                         "on a CPU mesh and stay on CPU)")
     args = ap.parse_args(argv)
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in DTENSOR + TRACED]
@@ -109,7 +113,8 @@ def main(argv=None) -> int:
         ap.error(f"unknown models {unknown}")
     command = "python -m experiments.benchmarks.pin_kernels " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     print(f"Command: `{command}`; commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-          f"torch {torch.__version__}, CPU.\n")
+          f"torch {torch.__version__}, "
+          f"{torch.cuda.get_device_name() if args.device == 'cuda' else 'CPU'}.\n")
     print("| model | graphs | kernels pinned / unpinned / Inductor alone | extern calls | buffers pinned / unpinned / "
           "Inductor alone | order kept pinned | order kept unpinned | order kept Inductor alone | compile s |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -117,7 +122,8 @@ def main(argv=None) -> int:
         rows = {}
         for setting in SETTINGS:
             try:
-                rows[setting] = run(name, setting, args.dump)
+                rows[setting] = run(name, setting, args.dump,
+                                    args.device if name in TRACED else "cpu")
             except Exception as e:  # a model that does not compile on this machine: say so, go on
                 print(f"| {name} | {setting}: {type(e).__name__}: {str(e).splitlines()[0][:120]} |||||||", flush=True)
                 break

@@ -47,6 +47,7 @@ import torch.fx as fx
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from solvercast.cost.calibrate import cuda_seconds
 from solvercast.errors import MeasureError
 from solvercast.fx.extract import extract_problem
 from solvercast.graph.nodes import is_distributed
@@ -390,20 +391,12 @@ def run_asynchronously(gm: fx.GraphModule, args: Sequence, durations: Mapping[st
 
 
 def cuda_median_ns(fn: Callable[[], object], iters: int = 20, warmup: int = 3) -> float:
-    """Median CUDA-event time (ns) of ``fn()`` on the current stream over ``iters`` calls after
-    ``warmup`` (for micro-benchmarks: no inputs are cloned between calls)."""
+    """Median device time (ns) of ``fn()`` on the current stream over ``iters`` calls after ``warmup``
+    (`cuda_seconds`: the host's launch latency hidden; for micro-benchmarks: no inputs are cloned between calls)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e6)
-    return statistics.median(times)
+    return statistics.median(cuda_seconds(fn) * 1e9 for _ in range(iters))
 
 
 def _fresh(args):

@@ -134,13 +134,13 @@ def _compile_with_pass(name: str, solver_pass=None, **params):
     return graphs, codes
 
 
-def _compile_graph_module(gm, graph_pass):
+def _compile_graph_module(gm, graph_pass, device: str = "cpu"):
     """A traced zoo model (an aten GraphModule, no autograd) compiled as one graph with ``graph_pass`` as
-    the post-grad custom pass, its placeholders fed random tensors: (the graph's kinds before and after
-    the pass, the output codes)."""
+    the post-grad custom pass, its placeholders fed random tensors on ``device``: (the graph's kinds before
+    and after the pass, the output codes)."""
     from torch._inductor.utils import run_and_get_code
 
-    args = random_inputs(gm, seed=0)
+    args = random_inputs(gm, seed=0, device=device)
     graphs = []
     torch._dynamo.reset()
     try:
