@@ -18,9 +18,11 @@ from solvercast.fx.pin_order import pin_order
 from solvercast.gc_paused import gc_paused
 from solvercast.ir.budget import resolve_budget
 from solvercast.pipeline.buckets import choose_buckets
+from solvercast.pipeline.decompose import choose_decomposition
 from solvercast.ir.problem import collective_order_value
 from solvercast.pipeline.pareto import pareto
 from solvercast.rewrites.bucketing import BucketOptions
+from solvercast.rewrites.decompose import DecomposeOptions
 from solvercast.pipeline.solve import (OptimizeResult, check_arguments, extract_for_optimize, optimize_extracted,
                                        unanalysed)
 from solvercast.pipeline.time_plan import can_analyse
@@ -44,6 +46,7 @@ def optimize(
     progress: Callable[[str], None] | None = None,
     tuning: Tuning | None = None,
     bucketing: bool | BucketOptions = True,
+    decomposition: bool | DecomposeOptions = True,
 ) -> OptimizeResult:
     """Reorder ``gm`` (and assign streams) to minimize its step time within a memory budget.
 
@@ -62,7 +65,14 @@ def optimize(
     True (any kind), False (never), or a
     `solvercast.rewrites.bucketing.BucketOptions` (which kinds; ``bitwise=True``
     only merges whose results are bitwise the unmerged ones). Not with a list
-    of budgets.
+    of budgets. ``decomposition``: whether an all_gather feeding matmuls, or
+    a matmul feeding a reduce_scatter, may be split into chunks whose
+    communication runs beside each other's matmuls, the degree chosen per
+    site signature with the schedule under the budget
+    (`solvercast.pipeline.decompose`): True, False, or a
+    `solvercast.rewrites.decompose.DecomposeOptions` (which kinds, the
+    largest degree); chunked results are close to the original, not
+    bitwise. Tried before bucketing; not with a list of budgets.
     ``preserve_collective_order``: which collectives keep their original
     relative order: True or "global" (all of them: safe even if ranks
     compute different schedules), "group" (those of one process group; safe
@@ -103,12 +113,12 @@ def optimize(
                                     preserve_collective_order=preserve_collective_order)
 
     extracted = extract(gm)
-    options = bucket_options(bucketing)
-    if options is None or method == "original":
+    options, decompose = bucket_options(bucketing), decompose_options(decomposition)
+    if (options is None and decompose is None) or method == "original":
         return optimize_extracted(gm, extracted, time_limit, memory_budget, method, deterministic, started=started,
                                   cost_model=cost_model, progress=progress, tuning=tuning)
-    return _optimize_bucketed(gm, extracted, extract, options, time_limit, memory_budget, method, deterministic,
-                              started, cost_model, progress, tuning)
+    return _optimize_rewritten(gm, extracted, extract, options, decompose, time_limit, memory_budget, method,
+                               deterministic, started, cost_model, progress, tuning)
 
 
 def collective_order(requested: bool | str, deterministic: bool, cost_model) -> bool | str:
@@ -131,29 +141,56 @@ def bucket_options(bucketing: bool | BucketOptions) -> BucketOptions | None:
     raise ValueError(f"bucketing must be True, False or a BucketOptions, got {bucketing!r}")
 
 
-def _optimize_bucketed(gm, extracted, extract, options: BucketOptions, time_limit: float, memory_budget, method: str,
-                       deterministic: bool, started: float, cost_model, progress, tuning: Tuning) -> OptimizeResult:
-    """`optimize` with buckets chosen by the heuristics' step under the budget (`choose_buckets`), then the
-    chosen graph ordered by ``method``; the report's baseline stays the input graph's original order."""
+def decompose_options(decomposition: bool | DecomposeOptions) -> DecomposeOptions | None:
+    """``optimize``'s ``decomposition`` argument as options (None: off)."""
+    if isinstance(decomposition, DecomposeOptions):
+        return decomposition
+    if isinstance(decomposition, bool):
+        return DecomposeOptions() if decomposition else None
+    raise ValueError(f"decomposition must be True, False or a DecomposeOptions, got {decomposition!r}")
+
+
+def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, decompose: DecomposeOptions | None,
+                        time_limit: float, memory_budget, method: str, deterministic: bool, started: float, cost_model,
+                        progress, tuning: Tuning) -> OptimizeResult:
+    """`optimize` with the rewrites chosen by the heuristics' step under the budget: collective-matmul
+    decomposition (`choose_decomposition`), then buckets (`choose_buckets`) on its graph, each within its share
+    of the time limit; then the chosen graph ordered by ``method``. The report's baseline stays the input
+    graph's original order."""
+    original = extracted
     baseline = extracted.baseline
     budget = resolve_budget(memory_budget, lambda: baseline.peak_memory, default=baseline.peak_memory)
     say = (lambda msg: None) if progress is None else progress
-    rate = tuning.time_plan.work_per_second
-    choice = choose_buckets(gm, extracted, extract, budget, options,
-                            work_limit=tuning.time_plan.bucket_share * time_limit * rate,
-                            extract_work_per_task=tuning.time_plan.extract_seconds_per_task * rate, say=say,
-                            deadline=float("inf") if deterministic else started + tuning.time_plan.bucket_share * time_limit)
-    res = optimize_extracted(choice.gm, choice.extracted, time_limit, math.inf if budget is None else budget, method,
+    plan = tuning.time_plan
+    rate = plan.work_per_second
+
+    def limits(share: float) -> dict:
+        return dict(work_limit=share * time_limit * rate, extract_work_per_task=plan.extract_seconds_per_task * rate,
+                    say=say, deadline=float("inf") if deterministic else time.perf_counter() + share * time_limit)
+
+    phases, notes = {}, {}
+    split = None
+    if decompose is not None:
+        split = choose_decomposition(gm, extracted, extract, budget, decompose, **limits(plan.decompose_share))
+        gm, extracted = split.gm, split.extracted
+        phases["decomposition"], notes["decomposition"] = round(split.seconds, 4), split.summary()
+    choice = None
+    if options is not None:
+        choice = choose_buckets(gm, extracted, extract, budget, options, **limits(plan.bucket_share))
+        gm, extracted = choice.gm, choice.extracted
+        phases["buckets"], notes["buckets"] = round(choice.seconds, 4), choice.summary()
+    res = optimize_extracted(gm, extracted, time_limit, math.inf if budget is None else budget, method,
                              deterministic, started=started, cost_model=cost_model, progress=progress, tuning=tuning)
-    report = dataclasses.replace(res.report, buckets=choice.summary(),
-                                 phases=res.report.phases | {"buckets": round(choice.seconds, 4)})
-    if not choice.plan.buckets:
+    report = dataclasses.replace(res.report, phases=res.report.phases | phases, **notes)
+    buckets = choice if choice is not None and choice.plan.buckets else None
+    split = split if split is not None and split.plan.degrees else None
+    if buckets is None and split is None:
         return dataclasses.replace(res, report=report)
     report = dataclasses.replace(
         report, baseline_makespan=baseline.makespan, baseline_exposed_comm=baseline.exposed_comm,
         baseline_peak_memory=baseline.peak_memory, memory_budget=budget)
-    return dataclasses.replace(res, report=report, baseline=baseline, baseline_problem=extracted.problem,
-                               buckets=choice)
+    return dataclasses.replace(res, report=report, baseline=baseline, baseline_problem=original.problem,
+                               buckets=buckets, decomposition=split)
 
 
 def _optimize_budgets(gm, budgets, time_limit: float, **options) -> OptimizeResult:
@@ -254,8 +291,8 @@ class SolvercastPass:
             options["compute_streams"] = 1
         if options.get("compute_streams", 1) != 1:
             # the stream annotation maps the schedule onto the graph's own nodes, so its schedule is of those:
-            # buckets are written into the graph on the one-stream path only
-            options["bucketing"] = False
+            # rewrites are written into the graph on the one-stream path only
+            options["bucketing"] = options["decomposition"] = False
         # Optimize a copy: wrapping `graph` itself in a GraphModule would steal it from Inductor's module.
         copy_graph = fx.Graph()
         val_map: dict[fx.Node, fx.Node] = {}
@@ -285,10 +322,10 @@ class SolvercastPass:
     @staticmethod
     def _reorder_in_place(graph: fx.Graph, result: OptimizeResult, val_map: dict) -> None:
         """Move ``graph``'s nodes into the program order of ``result.gm`` (copied from it through ``val_map``).
-        With buckets, their nodes are added to ``graph``, every node reads what it reads in ``result.gm``, and
-        the collectives and waits a bucket replaced are erased."""
+        With rewrites (buckets, decomposed sites), their nodes are added to ``graph``, every node reads what it
+        reads in ``result.gm``, and the nodes they replaced are erased."""
         by_name = {new.name: old for old, new in val_map.items()}
-        bucketed = result.buckets is not None
+        bucketed = result.buckets is not None or result.decomposition is not None
         order: list[fx.Node] = []
         output = next(n for n in reversed(graph.nodes) if n.op == "output")
         for node in result.gm.graph.nodes:
@@ -297,7 +334,7 @@ class SolvercastPass:
                     output.args = fx.map_arg(node.args, lambda n: by_name[n.name])
                 continue
             old = by_name.get(node.name)
-            if old is None and bucketed and node.op == "call_function":  # a bucket's node
+            if old is None and bucketed and node.op == "call_function":  # a rewrite's node
                 with graph.inserting_before(output):
                     old = graph.create_node("call_function", node.target, fx.map_arg(node.args, lambda n: by_name[n.name]),
                                             fx.map_arg(node.kwargs, lambda n: by_name[n.name]), name=node.name)
@@ -306,15 +343,15 @@ class SolvercastPass:
             elif old is None:
                 raise SolvercastError(f"the optimized graph has a node {node.name!r} ({node.target}) that the "
                                       f"input graph lacks; cannot rewrite the fx.Graph in place")
-            elif bucketed:  # read the bucket's results where the members' waits were read
+            elif bucketed:  # read the rewrites' results where the replaced nodes' were read
                 old.args = fx.map_arg(node.args, lambda n: by_name[n.name])
                 old.kwargs = fx.map_arg(node.kwargs, lambda n: by_name[n.name])
             order.append(old)
         placed = set(order)
-        if bucketed:  # the collectives and waits the buckets replaced: nothing reads them now
-            replaced = {name for bucket in result.buckets.plan.buckets for name in bucket}
-            replaced |= {result.buckets.graph.by_name[name].wait for name in replaced}
-            for node in reversed([n for n in graph.nodes if n.name in replaced and n not in placed]):
+        if bucketed:  # the nodes the rewrites replaced (absent from result.gm): nothing reads them now
+            kept = {n.name for n in result.gm.graph.nodes}
+            replaced = {old for new, old in by_name.items() if new not in kept and old.op == "call_function"}
+            for node in reversed([n for n in graph.nodes if n in replaced and n not in placed]):
                 graph.erase_node(node)
         order += [n for n in graph.nodes if n not in placed and n is not output]  # dead nodes: last
         for node in order:

@@ -22,15 +22,10 @@ from dataclasses import dataclass, field
 
 import torch.fx as fx
 
-from solvercast.errors import InfeasibleBudgetError
-from solvercast.heuristics import best_heuristic
-from solvercast.heuristics.work import WorkBudget, work_budget
-from solvercast.ir.simulate import simulate
+from solvercast.pipeline.plan_judge import PlanJudge
 from solvercast.rewrites.bucketing import (BITWISE_KINDS, BUCKET_MEMBERS, BucketGraph, BucketOptions, BucketPlan,
                                           apply_buckets)
 
-#: the bucket search's work is shared among about this many plans (each plan's heuristics get this share)
-PLANS_PER_SHARE = 12
 #: each kind's caps, as multiples of its median collective's input bytes (1: no merge)
 CAP_MULTIPLES = (2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -86,30 +81,17 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     kinds = sorted(bytes_of, key=lambda k: (-bytes_of[k], k))
     if not kinds:  # nothing may merge: no plan, and no heuristic run to compare it with
         return BucketChoice(BucketPlan(), gm, unbucketed, graph, None, None, seconds=time.perf_counter() - started)
-    spent_work = 0.0
-
-    def step_of(extracted) -> int | None:
-        nonlocal spent_work
-        problem = extracted.problem.with_budget(budget)
-        # each plan gets the same share, so that plans are compared by equal searches
-        work = WorkBudget(limit=None if work_limit is None else work_limit / PLANS_PER_SHARE)
-        with work_budget(work):
-            try:
-                schedule = best_heuristic(problem, memory_budget=budget, original_simulation=extracted.baseline)
-            except InfeasibleBudgetError:
-                schedule = None
-        spent_work += work.spent + extract_work_per_task * problem.num_tasks
-        return None if schedule is None else simulate(problem, schedule).makespan
-
+    judge = PlanJudge(budget, work_limit, extract_work_per_task)
+    step_of = judge.step
     base_step = step_of(unbucketed)
     best = BucketChoice(BucketPlan(), gm, unbucketed, graph, base_step, base_step)
     caps: dict[str, int] = {}
     for n, kind in enumerate(kinds):
         # each kind gets an equal share of the work left (what an earlier kind leaves goes to later ones)
-        kind_limit = None if work_limit is None else spent_work + (work_limit - spent_work) / (len(kinds) - n)
+        kind_limit = None if work_limit is None else judge.spent + (work_limit - judge.spent) / (len(kinds) - n)
 
         def spent() -> bool:
-            return time.perf_counter() > deadline or (kind_limit is not None and spent_work >= kind_limit)
+            return time.perf_counter() > deadline or (kind_limit is not None and judge.spent >= kind_limit)
 
         sizes = sorted(s.input_bytes for s in graph.sites if s.kind == kind)
         median, total = sizes[len(sizes) // 2], sum(sizes)

@@ -60,6 +60,9 @@ class Report:
     # which collectives share a launch, whether results stay bitwise, what the plans tried gave
     # (`solvercast.pipeline.buckets.BucketChoice.summary`); None when bucketing was off
     buckets: str | None = None
+    # which collective-matmul sites were split into how many chunks
+    # (`solvercast.pipeline.decompose.DecomposeChoice.summary`); None when decomposition was off
+    decomposition: str | None = None
     # False when the time limit could not pay for reading the graph: the module came back untouched, and
     # every figure above is None (`Report.unanalysed`)
     analysed: bool = True
@@ -167,6 +170,8 @@ class Report:
                          + {"global": "every collective launches in its original order",
                             "group": "the collectives of each process group launch in their original order",
                             "free": "collectives launch in any order"}.get(self.collective_order, ""))
+        if self.decomposition:
+            lines.append(f"  decomposition    {self.decomposition}")
         if self.buckets:
             lines.append(f"  buckets          {self.buckets}")
         if self.costs:

@@ -46,10 +46,13 @@ class OptimizeResult:
     baseline: SimResult | None
     optimized: SimResult | None
     frontier: object = None  # `solvercast.pipeline.pareto.Frontier` when several memory budgets were given
-    # with buckets (`solvercast.pipeline.buckets.BucketChoice`): ``problem`` and ``schedule`` are the bucketed
+    # with buckets (`solvercast.pipeline.buckets.BucketChoice`): ``problem`` and ``schedule`` are the rewritten
     # graph's, ``baseline`` the input graph's original order, of ``baseline_problem``
     buckets: object = None
     baseline_problem: Problem | None = None
+    # with decomposed sites (`solvercast.pipeline.decompose.DecomposeChoice`): as with buckets, ``problem`` and
+    # ``schedule`` are the rewritten graph's
+    decomposition: object = None
 
     def _runs(self) -> dict:
         baseline = self.baseline if self.baseline_problem is None else (self.baseline_problem, self.baseline)

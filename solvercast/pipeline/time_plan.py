@@ -53,6 +53,9 @@ class TimePlanTuning:
     #: heuristic work (deterministic: every rank tries the same plans) with each plan's extraction priced at
     #: `extract_seconds_per_task`
     bucket_share: float = 0.35
+    #: share of the time limit that trying collective-matmul decompositions may spend
+    #: (`solvercast.pipeline.decompose`), counted as `bucket_share` is; it comes before the buckets' share
+    decompose_share: float = 0.25
     #: reference microseconds of heuristic work (`heuristics.work.PASS_COST_US`) bought by one second: the
     #: reference costs were measured on a loaded machine, so one second pays for about one million
     work_per_second: float = 1.0e6

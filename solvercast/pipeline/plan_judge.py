@@ -1,0 +1,39 @@
+"""How the rewrite searches (`solvercast.pipeline.buckets`, `solvercast.pipeline.decompose`) score a plan: the
+plan's graph, extracted, is scheduled by the heuristics (the solver's warm starts) under the caller's budget,
+and its step is the simulated makespan of that schedule. Every plan gets the same share of heuristic work, so
+plans are compared by equal searches, and the work (plus each extraction, priced per task) is counted so that
+a search stops at the same plan on every rank."""
+
+from __future__ import annotations
+
+from solvercast.errors import InfeasibleBudgetError
+from solvercast.heuristics import best_heuristic
+from solvercast.heuristics.work import WorkBudget, work_budget
+from solvercast.ir.simulate import simulate
+
+#: a search's work is shared among about this many plans (each plan's heuristics get this share)
+PLANS_PER_SHARE = 12
+
+
+class PlanJudge:
+    """Scores extracted plans under ``budget`` bytes (None: no budget). ``work_limit``: the heuristic work
+    (`heuristics.work`, reference microseconds) all plans together may spend (None: no limit);
+    ``extract_work_per_task``: the work one task's extraction counts for. ``spent``: the work counted so far."""
+
+    def __init__(self, budget: int | None, work_limit: float | None, extract_work_per_task: float):
+        self.budget, self.work_limit, self.extract_work_per_task = budget, work_limit, extract_work_per_task
+        self.spent = 0.0
+
+    def step(self, extracted) -> int | None:
+        """The heuristics' step on ``extracted`` (a `solvercast.pipeline.solve.Extracted`), or None when no
+        schedule fits the budget."""
+        problem = extracted.problem.with_budget(self.budget)
+        work = WorkBudget(limit=None if self.work_limit is None else self.work_limit / PLANS_PER_SHARE)
+        with work_budget(work):
+            try:
+                schedule = best_heuristic(problem, memory_budget=self.budget,
+                                          original_simulation=extracted.baseline)
+            except InfeasibleBudgetError:
+                schedule = None
+        self.spent += work.spent + self.extract_work_per_task * problem.num_tasks
+        return None if schedule is None else simulate(problem, schedule).makespan

@@ -1,0 +1,411 @@
+"""Collective-matmul decomposition: an all_gather feeding matmuls, or a matmul feeding a reduce_scatter,
+split into ``k`` chunks, so that one chunk's communication can run beside another chunk's matmul.
+
+A tensor-parallel chain (all_gather -> matmul, matmul -> reduce_scatter) leaves nothing to run beside its
+collectives, so reordering gains nothing there; chunking does, at the price of ``k`` launches (each pays
+the collective's fixed cost), smaller matmuls (below the GPU's peak) and a copy to put the chunks' rows
+back in order. Whether that pays depends on shapes and on the schedule, so the degree is a decision the
+pipeline takes with the order (`solvercast.pipeline.decompose`); this module knows where it may be taken
+and how it is written:
+
+* `matmul_sites`: the sites and the degrees each allows.
+
+  - ``all_gather_matmul``: a functional all_gather of a contiguous input ``x`` (``R`` rows of ``K``, the
+    last dimension ``K``) with one wait, whose gathered value reaches one or more ``mm(A, W)`` /
+    ``addmm(b, A, W)`` as ``A`` through views only (``view``, ``reshape``, ``_unsafe_view``: the gathered
+    buffer is contiguous, rank-major, so ``A`` is it read as ``(ranks * R, K)`` rows). Written with
+    degree ``k``: ``x``'s rows cut into ``k`` contiguous chunks, each gathered on its own; each matmul
+    run per chunk and the chunks' rows stacked back into rank-major order (``stack(dim=1)``: one copy);
+    readers of the gathered value other than those matmuls read it rebuilt the same way.
+  - ``matmul_reduce_scatter``: ``mm(a, W)`` / ``addmm(b, a, W)`` (``M x N``) whose only reader leads,
+    through views or a split along a dimension after leading ones of size 1 and a cat in order along
+    dimension 0 (both keep the flat layout), to a functional reduce_scatter with one wait. Written with
+    degree ``k``: ``W``'s columns cut into ``k`` slices, each product reduce-scattered on its own (a
+    rank's block is whole rows, ``M / ranks`` of them, so every slice's blocks are the same rows), the
+    results concatenated along the columns.
+
+* `apply_decomposition`: a new module with each site of a plan written at its degree; ``gm`` is not
+  modified. Collectives keep their group, size and reduce op: every rank builds the same chunks.
+
+Numerics: each output element is the same dot product over the same ranks' data, but a matmul of other
+sizes may block its sums differently and a transport may sum a chunk in another order, so the results
+are close to the original, not bitwise (`DecomposeOptions` turns the rewrite off).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+import torch.fx as fx
+from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.utils._pytree import tree_map
+
+from solvercast.errors import RewriteError
+from solvercast.graph.collectives import collective_kind_and_group, wait_op
+from solvercast.graph.fxmeta import bound_args, node_val, op_target
+
+__all__ = ["DECOMPOSE_KINDS", "DEGREES", "DecomposeOptions", "MatmulSite", "DecomposePlan", "matmul_sites",
+           "apply_decomposition"]
+
+_C10D = torch.ops._c10d_functional
+_ATEN = torch.ops.aten
+_ALL_GATHER = _C10D.all_gather_into_tensor.default
+_REDUCE_SCATTER = _C10D.reduce_scatter_tensor.default
+#: ops that read a contiguous tensor's buffer in the same flat order
+_VIEWS = (_ATEN.view.default, _ATEN.reshape.default, _ATEN._unsafe_view.default)
+_MATMULS = (_ATEN.mm.default, _ATEN.addmm.default)
+DECOMPOSE_KINDS = ("all_gather_matmul", "matmul_reduce_scatter")
+#: the degrees a site may be split into (1: as is)
+DEGREES = (2, 4, 8)
+
+
+@dataclass(frozen=True)
+class DecomposeOptions:
+    """Which sites the optimizer may decompose (``kinds``) and into how many chunks at most."""
+
+    kinds: tuple[str, ...] = DECOMPOSE_KINDS
+    max_degree: int = max(DEGREES)
+
+    def __post_init__(self):
+        unknown = [k for k in self.kinds if k not in DECOMPOSE_KINDS]
+        if unknown:
+            raise ValueError(f"decomposition has no kind {unknown}; it knows {list(DECOMPOSE_KINDS)}")
+        if self.max_degree < 1:
+            raise ValueError(f"max_degree must be at least 1, got {self.max_degree}")
+
+
+@dataclass(frozen=True)
+class MatmulSite:
+    """One collective-matmul pair that may be decomposed."""
+
+    collective: str  # the all_gather's or reduce_scatter's node name
+    wait: str  # its wait's name
+    kind: str  # all_gather_matmul or matmul_reduce_scatter
+    matmuls: tuple[str, ...]  # the matmuls it feeds (all_gather) or the one it reduces (reduce_scatter)
+    chain: tuple[str, ...]  # reduce_scatter: the layout-keeping nodes from the matmul to the collective
+    degrees: tuple[int, ...]  # the degrees (> 1) its sizes allow
+    # (kind, sizes, dtype, group): sites of one signature are alike (a model's layers) and decided together
+    signature: tuple
+    comm_bytes: int  # this rank's input to the collective
+
+
+@dataclass(frozen=True)
+class DecomposePlan:
+    """Each decomposed site's collective name -> its degree (> 1). Sites not named stay as they are."""
+
+    degrees: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def of(cls, degrees: dict[str, int]) -> "DecomposePlan":
+        return cls(tuple(sorted((n, d) for n, d in degrees.items() if d > 1)))
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.degrees)
+
+    def describe(self, sites: dict[str, MatmulSite]) -> str:
+        """One line: per kind and degree, how many sites."""
+        if not self.degrees:
+            return "no decomposition"
+        count: dict[tuple[str, int], int] = defaultdict(int)
+        for name, degree in self.degrees:
+            count[(sites[name].kind, degree)] += 1
+        return "; ".join(f"{kind} x{degree}: {n} site{'s' if n > 1 else ''}"
+                         for (kind, degree), n in sorted(count.items()))
+
+
+def _concrete(val) -> bool:
+    return isinstance(val, torch.Tensor) and val.dim() > 0 and all(isinstance(d, int) for d in val.shape)
+
+
+def _allowed(n: int, options: DecomposeOptions) -> tuple[int, ...]:
+    return tuple(d for d in DEGREES if d <= options.max_degree and n % d == 0 and n // d >= 1)
+
+
+def _view_closure(root: fx.Node) -> tuple[list[fx.Node], list[tuple[fx.Node, fx.Node]], bool]:
+    """The nodes that read ``root``'s buffer through views only (``root`` first), the (matmul, operand)
+    pairs among their readers (the operand read as the rows ``A``), and whether anything else reads them."""
+    nodes, matmuls, other = [root], [], False
+    i = 0
+    while i < len(nodes):
+        node = nodes[i]
+        i += 1
+        for user in node.users:
+            target = op_target(user.target) if user.op == "call_function" else None
+            if target in _VIEWS and user.args[0] is node:
+                nodes.append(user)
+            elif target is _ATEN.mm.default and user.args[0] is node and user.args[1] is not node:
+                matmuls.append((user, node))
+            elif target is _ATEN.addmm.default and user.args[1] is node and node not in (user.args[0], user.args[2]):
+                matmuls.append((user, node))
+            else:
+                other = True
+    return nodes, matmuls, other
+
+
+def _all_gather_site(node: fx.Node, options: DecomposeOptions) -> MatmulSite | None:
+    users = list(node.users)
+    if node.kwargs or len(users) != 1 or op_target(users[0].target) is not wait_op():
+        return None
+    x = node_val(node.args[0])
+    if not _concrete(x) or not x.is_contiguous():
+        return None
+    _, group_size, _ = collective_kind_and_group(node)
+    k_dim = x.shape[-1]
+    rows = x.numel() // k_dim if k_dim else 0
+    _, matmuls, _ = _view_closure(users[0])
+    if not rows or not matmuls:
+        return None
+    for mm, operand in matmuls:
+        a = node_val(operand)
+        if not _concrete(a) or tuple(a.shape) != (group_size * rows, k_dim):
+            return None  # the gathered rows are read in another layout: not provably chunkable
+    degrees = _allowed(rows, options)
+    if not degrees:
+        return None
+    args = bound_args(node, _ALL_GATHER)
+    outs = tuple(tuple(node_val(mm).shape) for mm, _ in matmuls)
+    signature = ("all_gather_matmul", tuple(x.shape), outs, x.dtype, str(args["group_name"]), group_size)
+    return MatmulSite(node.name, users[0].name, "all_gather_matmul", tuple(mm.name for mm, _ in matmuls), (),
+                      degrees, signature, x.numel() * x.element_size())
+
+
+def _layout_chain(tensor: fx.Node) -> tuple[fx.Node, list[fx.Node]] | None:
+    """Walking back from the reduce_scatter's input: (the matmul it reads, the nodes between, matmul side
+    first), when every step keeps the flat layout and each node has one reader; else None."""
+    chain: list[fx.Node] = []
+    node = tensor
+    while True:
+        target = op_target(node.target) if node.op == "call_function" else None
+        if target in _MATMULS:
+            return (node, chain[::-1]) if len(node.users) == 1 else None
+        if len(node.users) != 1 and node is not tensor:
+            return None
+        if target in _VIEWS:
+            val = node_val(node.args[0])
+            if not _concrete(val) or not val.is_contiguous():
+                return None
+            chain.append(node)
+            node = node.args[0]
+            continue
+        if target is _ATEN.cat.default and (len(node.args) < 2 or node.args[1] == 0):
+            pieces = node.args[0]
+            first = pieces[0] if pieces and isinstance(pieces[0], fx.Node) else None
+            split = first.args[0] if first is not None and first.target is operator.getitem else None
+            if split is None or op_target(split.target) is not _ATEN.split.Tensor:
+                return None
+            if [p.args for p in pieces] != [(split, i) for i in range(len(pieces))] or len(split.users) != len(pieces) \
+                    or any(len(p.users) != 1 for p in pieces):
+                return None
+            source = node_val(split.args[0])
+            dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
+            if not _concrete(source) or not source.is_contiguous():
+                return None
+            dim %= source.dim()
+            if any(s != 1 for s in source.shape[:dim]):
+                return None  # pieces cut after leading dims of size 1 and stacked on dim 0: the same flat order
+            chain.extend([node, *pieces, split])
+            node = split.args[0]
+            continue
+        return None
+
+
+def _reduce_scatter_site(node: fx.Node, options: DecomposeOptions) -> MatmulSite | None:
+    users = list(node.users)
+    if node.kwargs or len(users) != 1 or op_target(users[0].target) is not wait_op() \
+            or not isinstance(node.args[0], fx.Node):
+        return None
+    found = _layout_chain(node.args[0])
+    if found is None:
+        return None
+    mm, chain = found
+    y = node_val(mm)
+    t = node_val(node.args[0])
+    _, group_size, _ = collective_kind_and_group(node)
+    if not _concrete(y) or not _concrete(t) or y.dim() != 2 or y.numel() != t.numel() or y.shape[0] % group_size:
+        return None
+    weight = node_val(mm.args[1] if op_target(mm.target) is _ATEN.mm.default else mm.args[2])
+    if not _concrete(weight) or weight.dim() != 2:
+        return None
+    if op_target(mm.target) is _ATEN.addmm.default:
+        bias = node_val(mm.args[0])
+        if not _concrete(bias) or bias.dim() not in (1, 2) or bias.shape[-1] != y.shape[1]:
+            return None
+    degrees = _allowed(y.shape[1], options)
+    if not degrees:
+        return None
+    args = bound_args(node, _REDUCE_SCATTER)
+    signature = ("matmul_reduce_scatter", tuple(y.shape), tuple(weight.shape), y.dtype, str(args["reduce_op"]),
+                 str(args["group_name"]), group_size)
+    return MatmulSite(node.name, users[0].name, "matmul_reduce_scatter", (mm.name,), tuple(n.name for n in chain),
+                      degrees, signature, t.numel() * t.element_size())
+
+
+def matmul_sites(gm: fx.GraphModule, options: DecomposeOptions = DecomposeOptions()) -> list[MatmulSite]:
+    """The sites of ``gm`` that may be decomposed, in graph order (see the module docstring)."""
+    sites = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        target = op_target(node.target)
+        site = None
+        if target is _ALL_GATHER and "all_gather_matmul" in options.kinds:
+            site = _all_gather_site(node, options)
+        elif target is _REDUCE_SCATTER and "matmul_reduce_scatter" in options.kinds:
+            site = _reduce_scatter_site(node, options)
+        if site is not None:
+            sites.append(site)
+    return sites
+
+
+class _Builder:
+    """Adds nodes to one graph with their fake values (``meta["val"]``) computed in one fake mode."""
+
+    def __init__(self, graph: fx.Graph, mode: FakeTensorMode):
+        self.graph, self.mode = graph, mode
+
+    def add(self, target, args, name: str, kwargs=None) -> fx.Node:
+        node = self.graph.create_node("call_function", target, tuple(args), kwargs or {}, name=name)
+
+        def fake(v):
+            return self.mode.from_tensor(v) if isinstance(v, torch.Tensor) and not isinstance(v, FakeTensor) else v
+
+        vals = tree_map(lambda a: fake(a.meta["val"]) if isinstance(a, fx.Node) else a, tuple(args))
+        with self.mode:
+            node.meta["val"] = target(*vals, **(kwargs or {}))
+        return node
+
+
+def _mode_of(*nodes: fx.Node) -> FakeTensorMode:
+    vals = [node_val(n) for n in nodes]
+    return detect_fake_mode([v for v in vals if isinstance(v, FakeTensor)]) or FakeTensorMode()
+
+
+def _erase_unread(graph: fx.Graph, nodes) -> None:
+    """Erase ``nodes`` (any order) as they become unread."""
+    left = list(nodes)
+    while left:
+        unread = [n for n in left if not n.users]
+        if not unread:
+            raise RewriteError(f"nodes still read after the rewrite: {[n.name for n in left]}")
+        for n in unread:
+            graph.erase_node(n)
+            left.remove(n)
+
+
+def _write_all_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
+    graph = gm.graph
+    by_name = {n.name: n for n in graph.nodes}
+    ag, wait = by_name[site.collective], by_name[site.wait]
+    x = ag.args[0]
+    x_val = node_val(x)
+    size, group = ag.args[1], ag.args[2]
+    k_dim = x_val.shape[-1]
+    rows = x_val.numel() // k_dim
+    step = rows // k
+    b = _Builder(graph, _mode_of(x))
+    tag = f"{site.collective}_x{k}"
+    with graph.inserting_before(ag):
+        flat = b.add(_ATEN.view.default, (x, [rows, k_dim]), f"{tag}_rows")
+        launches = [b.add(_ALL_GATHER, (b.add(_ATEN.slice.Tensor, (flat, 0, j * step, (j + 1) * step), f"{tag}_in"),
+                                        size, group), f"{tag}_ag") for j in range(k)]
+    with graph.inserting_before(wait):
+        waits = [b.add(wait_op(), (launch,), f"{tag}_wait") for launch in launches]
+    closure, matmuls, other = _view_closure(wait)
+    for mm, _ in matmuls:
+        out_cols = node_val(mm).shape[1]
+        with graph.inserting_before(mm):
+            parts = []
+            for j, chunk in enumerate(waits):
+                args = (chunk, mm.args[1]) if op_target(mm.target) is _ATEN.mm.default else \
+                    (mm.args[0], chunk, mm.args[2])
+                part = b.add(op_target(mm.target), args, f"{mm.name}_part", dict(mm.kwargs))
+                parts.append(b.add(_ATEN.view.default, (part, [size, step, out_cols]), f"{mm.name}_rows"))
+            stacked = b.add(_ATEN.stack.default, (parts, 1), f"{mm.name}_stack")
+            out = b.add(_ATEN.view.default, (stacked, list(node_val(mm).shape)), f"{mm.name}_out")
+        mm.replace_all_uses_with(out)
+        graph.erase_node(mm)
+    if other:  # the gathered value rebuilt in rank-major order for its other readers
+        with graph.inserting_before(wait):
+            parts = [b.add(_ATEN.view.default, (w, [size, step, k_dim]), f"{tag}_rows_out") for w in waits]
+            stacked = b.add(_ATEN.stack.default, (parts, 1), f"{tag}_stack")
+            gathered = b.add(_ATEN.view.default, (stacked, list(node_val(wait).shape)), f"{tag}_gathered")
+        wait.replace_all_uses_with(gathered)
+    for node in reversed(closure[1:]):  # views only the replaced matmuls read
+        if not node.users:
+            graph.erase_node(node)
+    _erase_unread(graph, [wait, ag])
+
+
+def _write_reduce_scatter(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
+    graph = gm.graph
+    by_name = {n.name: n for n in graph.nodes}
+    rs, wait, mm = by_name[site.collective], by_name[site.wait], by_name[site.matmuls[0]]
+    chain = [by_name[n] for n in site.chain]
+    args = bound_args(rs, _REDUCE_SCATTER)
+    is_mm = op_target(mm.target) is _ATEN.mm.default
+    cols = node_val(mm).shape[1]
+    step = cols // k
+    b = _Builder(graph, _mode_of(mm))
+    tag = f"{site.collective}_x{k}"
+    launches = []
+    with graph.inserting_before(mm):
+        for j in range(k):
+            lo, hi = j * step, (j + 1) * step
+            weight = mm.args[1] if is_mm else mm.args[2]
+            w_j = b.add(_ATEN.slice.Tensor, (weight, 1, lo, hi), f"{mm.name}_cols")
+            if is_mm:
+                part = b.add(_ATEN.mm.default, (mm.args[0], w_j), f"{mm.name}_part", dict(mm.kwargs))
+            else:
+                bias = mm.args[0]
+                bias_j = b.add(_ATEN.slice.Tensor, (bias, node_val(bias).dim() - 1, lo, hi), f"{mm.name}_bias")
+                part = b.add(_ATEN.addmm.default, (bias_j, mm.args[1], w_j), f"{mm.name}_part", dict(mm.kwargs))
+            launches.append(b.add(_REDUCE_SCATTER, (part, args["reduce_op"], args["group_size"], args["group_name"]),
+                                  f"{tag}_rs"))
+    with graph.inserting_before(wait):
+        waits = [b.add(wait_op(), (launch,), f"{tag}_wait") for launch in launches]
+        joined = b.add(_ATEN.cat.default, (waits, 1), f"{tag}_cat")
+        out = b.add(_ATEN.view.default, (joined, list(node_val(wait).shape)), f"{tag}_out")
+    wait.replace_all_uses_with(out)
+    _erase_unread(graph, [wait, rs, *chain, mm])
+
+
+def apply_decomposition(gm: fx.GraphModule, plan: DecomposePlan,
+                        sites: dict[str, MatmulSite] | None = None) -> fx.GraphModule:
+    """A new module: ``gm`` with each site of ``plan`` written at its degree (see the module docstring);
+    ``gm`` is not modified. Raises `RewriteError` for a site or degree this graph does not allow."""
+    sites = {s.collective: s for s in matmul_sites(gm)} if sites is None else sites
+    owner: dict[str, str] = {}
+    for name, degree in plan.degrees:
+        for mm in sites[name].matmuls if name in sites else ():
+            if mm in owner:
+                raise RewriteError(f"sites {owner[mm]!r} and {name!r} both split matmul {mm!r}: one of them at most")
+            owner[mm] = name
+        if name not in sites:
+            raise RewriteError(f"{name!r} is no collective-matmul site of this graph")
+        if degree not in sites[name].degrees:
+            raise RewriteError(f"site {name!r} cannot be split into {degree} chunks (its sizes allow "
+                               f"{list(sites[name].degrees)})")
+    out = fx.GraphModule(gm, _copy_graph(gm.graph))
+    out.meta.update(getattr(gm, "meta", {}))
+    for name, degree in plan.degrees:
+        site = sites[name]
+        if site.kind == "all_gather_matmul":
+            _write_all_gather(out, site, degree)
+        else:
+            _write_reduce_scatter(out, site, degree)
+    out.graph.lint()
+    out.recompile()
+    return out
+
+
+def _copy_graph(graph: fx.Graph) -> fx.Graph:
+    """A copy of ``graph`` whose nodes keep their names and meta."""
+    new = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for node in graph.nodes:
+        env[node] = new.node_copy(node, lambda n: env[n])
+    return new

@@ -1,0 +1,143 @@
+"""Collective-matmul decomposition: which sites may be split (each spelling the tracers write, and refusals
+where the layout cannot be proved), how a split is written (values kept at every degree), and that the
+optimizer takes it where it shortens the step and declines it where it does not.
+
+Small graphs (make_fx on fake tensors, a fake group of 4)::
+
+    x (rows, k) -> all_gather -> wait -> [view] -> mm(., w1), addmm(b, ., w2)     (all_gather -> matmul)
+    a (m, k) -> mm(., w) -> [view / split-cat] -> reduce_scatter -> wait          (matmul -> reduce_scatter)
+"""
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from solvercast import optimize
+from solvercast.errors import RewriteError
+from solvercast.graph.local_run import random_inputs, run_local
+from solvercast.models import build, fake_group
+from solvercast.rewrites.decompose import DecomposeOptions, DecomposePlan, apply_decomposition, matmul_sites
+
+C10D = torch.ops._c10d_functional
+RANKS = 4
+
+
+def _gather_matmuls(view: str = "view", layout_kept: bool = True, other_reader: bool = False):
+    """all_gather of x (1, 8, 16) -> wait -> read as (32, 16) rows -> mm and addmm."""
+    group = fake_group(RANKS, tag="dc4")
+
+    def step(x, w1, w2, b):
+        g = C10D.wait_tensor(C10D.all_gather_into_tensor(x, RANKS, group))  # (4, 8, 16)
+        if not layout_kept:
+            g = g.permute(1, 0, 2)  # rows no longer rank-major (reshape then copies)
+        rows = getattr(g, view)(-1, 16) if view != "flatten" else g.flatten(0, 1)
+        out = (rows @ w1, torch.addmm(b, rows, w2))
+        return out + (g * 2,) if other_reader else out
+
+    args = [torch.empty(1, 8, 16), torch.empty(16, 24), torch.empty(16, 12), torch.empty(12)]
+    return make_fx(step, tracing_mode="fake")(*args)
+
+
+def _matmul_scatter(spelling: str = "view", batch: int = 1):
+    """mm (batch * 32, 16) x (16, 24) -> laid out for a reduce_scatter over dim 0 -> wait."""
+    group = fake_group(RANKS, tag="dc4")
+
+    def step(a, w):
+        y = a @ w
+        if spelling == "view":
+            t = y.view(RANKS * batch, -1, 24)
+        else:  # as DTensor writes a sequence-dim scatter: split along the sequence, cat along dim 0
+            t = torch.cat(y.view(batch, 32, 24).split(32 // RANKS, 1), 0)
+        return C10D.wait_tensor(C10D.reduce_scatter_tensor(t, "sum", RANKS, group))
+
+    return make_fx(step, tracing_mode="fake")(torch.empty(batch * 32, 16), torch.empty(16, 24))
+
+
+def _same_values(gm, out):
+    args = random_inputs(gm, seed=1)
+    for a, b in zip(run_local(gm, args), run_local(out, args)):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("view", ["view", "reshape", "flatten"])
+def test_an_all_gather_read_as_rows_by_matmuls_is_a_site(view):
+    gm = _gather_matmuls(view)
+    (site,) = matmul_sites(gm)
+    assert site.kind == "all_gather_matmul" and len(site.matmuls) == 2 and site.degrees == (2, 4, 8)
+
+
+def test_an_all_gather_read_in_another_layout_is_refused():
+    assert matmul_sites(_gather_matmuls("reshape", layout_kept=False)) == []
+
+
+@pytest.mark.parametrize("spelling", ["view", "split_cat"])
+def test_a_matmul_laid_out_for_a_reduce_scatter_is_a_site(spelling):
+    (site,) = matmul_sites(_matmul_scatter(spelling))
+    assert site.kind == "matmul_reduce_scatter" and site.degrees == (2, 4, 8)
+
+
+def test_a_split_after_a_dimension_larger_than_one_is_refused():
+    """With batch 2 the split along the sequence and the cat along dim 0 reorder rows: not provably whole
+    row blocks of the product, so no site."""
+    assert matmul_sites(_matmul_scatter("split_cat", batch=2)) == []
+    assert len(matmul_sites(_matmul_scatter("view", batch=2))) == 1
+
+
+@pytest.mark.parametrize("degree", [2, 4, 8])
+@pytest.mark.parametrize("make", [lambda: _gather_matmuls(), lambda: _gather_matmuls("reshape", other_reader=True),
+                                  lambda: _matmul_scatter(), lambda: _matmul_scatter("split_cat")],
+                         ids=["gather", "gather_other_reader", "scatter", "scatter_split_cat"])
+def test_a_split_site_computes_the_same_values(make, degree):
+    gm = make()
+    (site,) = matmul_sites(gm)
+    out = apply_decomposition(gm, DecomposePlan.of({site.collective: degree}))
+    launches = [n for n in out.graph.nodes if "_c10d_functional" in str(n.target) and "wait" not in str(n.target)]
+    assert len(launches) == degree
+    assert not any(n.name == site.collective for n in out.graph.nodes)
+    _same_values(gm, out)
+
+
+def test_a_degree_the_sizes_do_not_allow_is_an_error():
+    gm = _gather_matmuls()
+    (site,) = matmul_sites(gm)
+    with pytest.raises(RewriteError, match="cannot be split into 3"):
+        apply_decomposition(gm, DecomposePlan.of({site.collective: 3}))
+    with pytest.raises(RewriteError, match="no collective-matmul site"):
+        apply_decomposition(gm, DecomposePlan.of({"mm": 2}))
+
+
+def test_options_turn_a_kind_off():
+    assert matmul_sites(_matmul_scatter(), DecomposeOptions(kinds=("all_gather_matmul",))) == []
+    assert matmul_sites(_gather_matmuls(), DecomposeOptions(max_degree=2))[0].degrees == (2,)
+    with pytest.raises(ValueError, match="no kind"):
+        DecomposeOptions(kinds=("bmm",))
+
+
+def test_llama_tp_forward_sites_and_values():
+    """DTensor's sequence-parallel plan: per layer, the attention's all_gather feeds q, k, v; the MLP's feeds
+    w1, w3; wo and w2 feed reduce_scatters. Every site split in two keeps the forward's values."""
+    gm = build("llama_tp", layers=2, world_size=4, backward=0)
+    sites = matmul_sites(gm)
+    assert [s.kind for s in sites] == ["all_gather_matmul", "matmul_reduce_scatter"] * 4
+    assert [len(s.matmuls) for s in sites] == [3, 1, 2, 1] * 2
+    _same_values(gm, apply_decomposition(gm, DecomposePlan.of({s.collective: 2 for s in sites})))
+
+
+def _llama_8b_dims(seq: int):
+    return build("llama_tp", layers=2, dim=4096, heads=32, kv_heads=8, ffn=14336, seq=seq, batch=1,
+                 dtype="bfloat16", backward=0, world_size=8)
+
+
+def test_the_optimizer_splits_where_it_pays_and_declines_where_it_loses():
+    """Llama-3-8B's layer sizes on 8 ranks: at seq 8192 the chained collectives are a third of the step and
+    splitting them shortens it, within the memory budget (the original peak); at seq 128 every collective is
+    latency-bound and no split shortens the step, so none is taken."""
+    long = optimize(_llama_8b_dims(8192), time_limit=20)
+    assert long.decomposition is not None and long.decomposition.plan.degrees
+    assert long.report.optimized_makespan < 0.95 * long.report.baseline_makespan
+    assert long.optimized.peak_memory <= long.report.memory_budget
+    assert "close, not bitwise" in long.report.decomposition
+    short = optimize(_llama_8b_dims(128), time_limit=20)
+    assert short.decomposition is None and short.report.decomposition.startswith("no decomposition")
+    off = optimize(_llama_8b_dims(8192), time_limit=20, decomposition=False)
+    assert off.decomposition is None and off.report.decomposition is None
