@@ -54,6 +54,14 @@ class OptimizeResult:
     # ``schedule`` are the rewritten graph's
     decomposition: object = None
 
+    @property
+    def rewritten(self) -> fx.GraphModule | None:
+        """The rewritten graph ``schedule`` orders (decomposed sites, then buckets), or None without rewrites."""
+        for choice in (self.buckets, self.decomposition):
+            if choice is not None:
+                return choice.gm
+        return None
+
     def _runs(self) -> dict:
         baseline = self.baseline if self.baseline_problem is None else (self.baseline_problem, self.baseline)
         return {"baseline": baseline, "optimized": self.optimized}

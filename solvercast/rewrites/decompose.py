@@ -121,6 +121,13 @@ def _concrete(val) -> bool:
     return isinstance(val, torch.Tensor) and val.dim() > 0 and all(isinstance(d, int) for d in val.shape)
 
 
+def _one_fake_mode(nodes) -> bool:
+    """Whether the values of ``nodes`` that are fake tensors share one fake mode: a split's new values are
+    made in that mode, and values of two modes cannot meet in one op."""
+    modes = {id(v.fake_mode) for v in (node_val(n) for n in nodes if isinstance(n, fx.Node)) if isinstance(v, FakeTensor)}
+    return len(modes) <= 1
+
+
 def _allowed(n: int, options: DecomposeOptions) -> tuple[int, ...]:
     return tuple(d for d in DEGREES if d <= options.max_degree and n % d == 0 and n // d >= 1)
 
@@ -164,7 +171,7 @@ def _all_gather_site(node: fx.Node, options: DecomposeOptions) -> MatmulSite | N
         if not _concrete(a) or tuple(a.shape) != (group_size * rows, k_dim):
             return None  # the gathered rows are read in another layout: not provably chunkable
     degrees = _allowed(rows, options)
-    if not degrees:
+    if not degrees or not _one_fake_mode([node.args[0]] + [a for mm, _ in matmuls for a in mm.args]):
         return None
     args = bound_args(node, _ALL_GATHER)
     outs = tuple(tuple(node_val(mm).shape) for mm, _ in matmuls)
@@ -235,7 +242,7 @@ def _reduce_scatter_site(node: fx.Node, options: DecomposeOptions) -> MatmulSite
         if not _concrete(bias) or bias.dim() not in (1, 2) or bias.shape[-1] != y.shape[1]:
             return None
     degrees = _allowed(y.shape[1], options)
-    if not degrees:
+    if not degrees or not _one_fake_mode(list(mm.args) + [node.args[0]]):
         return None
     args = bound_args(node, _REDUCE_SCATTER)
     signature = ("matmul_reduce_scatter", tuple(y.shape), tuple(weight.shape), y.dtype, str(args["reduce_op"]),

@@ -157,3 +157,36 @@ def test_buckets_chosen_inside_torch_compile_keep_the_values():
     assert res.buckets is not None and res.buckets.plan.merged >= 2
     assert res.report.optimized_makespan < res.report.baseline_makespan
     assert torch.equal(out, expected)
+
+
+TP = fake_group(8, tag="compile-decompose")
+
+
+def tensor_parallel_mlp(x, w1, w2):
+    """A sequence-parallel MLP on 8 ranks: the sequence shard all-gathered into the first matmul, the second
+    matmul's product reduce-scattered back to shards."""
+    rows = C10D.wait_tensor(C10D.all_gather_into_tensor(x, 8, TP))
+    h = torch.relu(rows @ w1)
+    return C10D.wait_tensor(C10D.reduce_scatter_tensor(h @ w2, "sum", 8, TP))
+
+
+@pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled")
+def test_decomposition_chosen_inside_torch_compile_keeps_the_values():
+    """The pass splits the all_gather -> matmul and matmul -> reduce_scatter pairs into chunks written into
+    Inductor's graph in place; the compiled function computes what the eager one does (the fake group's
+    collectives are deterministic: an all_gather repeats its input, a reduce_scatter keeps the first block)."""
+    import math
+
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(512, 1024, generator=g), torch.randn(1024, 2048, generator=g) / 32,
+            torch.randn(2048, 1024, generator=g) / 45]
+    expected = tensor_parallel_mlp(*args)
+    p = SolvercastPass(time_limit=4, memory_budget=math.inf, bucketing=False)
+    torch._dynamo.reset()
+    with torch._inductor.config.patch(post_grad_custom_post_pass=p, force_disable_caches=True):
+        out = torch.compile(tensor_parallel_mlp, backend="inductor", fullgraph=True)(*args)
+    torch._dynamo.reset()
+    res = p.last_result
+    assert res.decomposition is not None and res.decomposition.plan.degrees, res.report.decomposition
+    assert res.report.optimized_makespan < res.report.baseline_makespan
+    torch.testing.assert_close(out, expected)

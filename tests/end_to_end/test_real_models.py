@@ -46,9 +46,9 @@ def test_builds_extracts_optimizes_and_lowers_with_the_same_values(name, backwar
     res = optimize(gm, time_limit=2)
     validate(res.problem, res.schedule, memory_budget=res.report.memory_budget)
     report = res.report
-    # the report's makespan is the judge's on a problem extracted apart from optimize's (with buckets, from
-    # the bucketed graph the schedule orders)
-    judged = p if res.buckets is None else extract_problem(res.buckets.gm)
+    # the report's makespan is the judge's on a problem extracted apart from optimize's (with rewrites, from
+    # the rewritten graph the schedule orders)
+    judged = p if res.rewritten is None else extract_problem(res.rewritten)
     assert simulate(judged, res.schedule).makespan == report.optimized_makespan
     assert report.best_bound <= report.optimized_makespan
     if report.baseline_makespan > report.best_bound:  # room left by the bound (exposed communication): win some
