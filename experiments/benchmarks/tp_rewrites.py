@@ -11,7 +11,8 @@ default) with the same time limit and memory budget (1.0 x the original peak, th
 optimized schedule's simulated makespan. Bucketing stays on in both (its default). Cases: ``llama_tp`` at
 Llama-3-8B layer sizes (dim 4096, 32 heads, 8 KV heads, FFN 14336, bf16, batch 1) on 8 ranks, forward and
 backward, 2 or 32 layers, sequence 128 to 8192; on 2 ranks; at the model's small defaults; ``fsdp_tp``,
-``tp_mlp`` and ``tp_block`` at their defaults.
+``tp_mlp`` and ``tp_block`` at their defaults; ``tp_block`` (plain tensor parallelism: all_reduces) at
+hidden 8192 on 4 ranks and hidden 4096 on 8 ranks, sequence 4096.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ CASES = {
     "fsdp_tp_bw": ("fsdp_tp", dict(layers=2, backward=1)),
     "tp_mlp": ("tp_mlp", dict()),
     "tp_block": ("tp_block", dict()),
+    "tp_block_h8192_tp4": ("tp_block", dict(layers=2, hidden=8192, heads=32, seq=4096, batch=1, world_size=4)),
+    "tp_block_h4096_tp8": ("tp_block", dict(layers=2, hidden=4096, heads=32, seq=4096, batch=1, world_size=8)),
 }
 
 

@@ -66,7 +66,7 @@ def optimize(
     `solvercast.rewrites.bucketing.BucketOptions` (which kinds; ``bitwise=True``
     only merges whose results are bitwise the unmerged ones). Not with a list
     of budgets. ``decomposition``: whether an all_gather feeding matmuls, or
-    a matmul feeding a reduce_scatter, may be split into chunks whose
+    a matmul feeding a reduce_scatter or all_reduce, may be split into chunks whose
     communication runs beside each other's matmuls, the degree chosen per
     site signature with the schedule under the budget
     (`solvercast.pipeline.decompose`): True, False, or a

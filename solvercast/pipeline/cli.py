@@ -190,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="collectives sharing a launch, chosen with the schedule: auto (where they pay), bitwise "
                           "(all_gathers only: results bitwise the same), off")
     opt.add_argument("--decompose", choices=sorted(DECOMPOSITION), default="auto",
-                     help="all_gather -> matmul and matmul -> reduce_scatter pairs split into chunks whose "
+                     help="all_gather -> matmul and matmul -> reduce_scatter/all_reduce pairs split into chunks whose "
                           "communication overlaps the matmuls, the degree chosen with the schedule: auto (where "
                           "it pays; results close, not bitwise), off")
     opt.add_argument("--wall-clock", action="store_true", help="wall-clock time limit instead of a deterministic one")

@@ -1,5 +1,5 @@
 """Choosing collective-matmul decomposition with the schedule: into how many chunks each all_gather ->
-matmul and matmul -> reduce_scatter site is split (`solvercast.rewrites.decompose`) is decided by the step
+matmul, matmul -> reduce_scatter and matmul -> all_reduce site is split (`solvercast.rewrites.decompose`) is decided by the step
 time the schedule reaches under the memory budget, never by a fixed threshold.
 
 Sites of one signature (kind, sizes, dtype, group: a model's layers) take one degree. The search starts
@@ -42,7 +42,7 @@ class DecomposeChoice:
         """One line for the report: what was split, what it bought, and the numerics."""
         if not self.plan.degrees:
             return f"no decomposition: none of {len(self.tried)} plans tried shortened the step" if self.tried \
-                else "no decomposition: no all_gather -> matmul or matmul -> reduce_scatter site"
+                else "no decomposition: no collective-matmul site"
         gain = "" if self.step is None or not self.original_step else \
             f"; the heuristics' step {self.original_step / 1e3:,.1f} -> {self.step / 1e3:,.1f} us"
         return (f"{self.plan.describe(self.sites)} ({len(self.tried)} plans tried{gain}); chunked matmuls and "

@@ -23,6 +23,8 @@ and how it is written:
     degree ``k``: ``W``'s columns cut into ``k`` slices, each product reduce-scattered on its own (a
     rank's block is whole rows, ``M / ranks`` of them, so every slice's blocks are the same rows), the
     results concatenated along the columns.
+  - ``matmul_all_reduce``: the same with an all_reduce (a plain tensor-parallel block's row-parallel
+    matmul): each column slice's product all-reduced on its own, the results concatenated.
 
 * `apply_decomposition`: a new module with each site of a plan written at its degree; ``gm`` is not
   modified. Collectives keep their group, size and reduce op: every rank builds the same chunks.
@@ -55,10 +57,13 @@ _C10D = torch.ops._c10d_functional
 _ATEN = torch.ops.aten
 _ALL_GATHER = _C10D.all_gather_into_tensor.default
 _REDUCE_SCATTER = _C10D.reduce_scatter_tensor.default
+_ALL_REDUCE = _C10D.all_reduce.default
+#: the reducing collective each matmul -> collective kind ends in
+_REDUCING = {"matmul_reduce_scatter": _REDUCE_SCATTER, "matmul_all_reduce": _ALL_REDUCE}
 #: ops that read a contiguous tensor's buffer in the same flat order
 _VIEWS = (_ATEN.view.default, _ATEN.reshape.default, _ATEN._unsafe_view.default)
 _MATMULS = (_ATEN.mm.default, _ATEN.addmm.default)
-DECOMPOSE_KINDS = ("all_gather_matmul", "matmul_reduce_scatter")
+DECOMPOSE_KINDS = ("all_gather_matmul", "matmul_reduce_scatter", "matmul_all_reduce")
 #: the degrees a site may be split into (1: as is)
 DEGREES = (2, 4, 8)
 
@@ -84,9 +89,9 @@ class MatmulSite:
 
     collective: str  # the all_gather's or reduce_scatter's node name
     wait: str  # its wait's name
-    kind: str  # all_gather_matmul or matmul_reduce_scatter
-    matmuls: tuple[str, ...]  # the matmuls it feeds (all_gather) or the one it reduces (reduce_scatter)
-    chain: tuple[str, ...]  # reduce_scatter: the layout-keeping nodes from the matmul to the collective
+    kind: str  # one of DECOMPOSE_KINDS
+    matmuls: tuple[str, ...]  # the matmuls it feeds (all_gather) or the one it reduces
+    chain: tuple[str, ...]  # a reducing site: the layout-keeping nodes from the matmul to the collective
     degrees: tuple[int, ...]  # the degrees (> 1) its sizes allow
     # (kind, sizes, dtype, group): sites of one signature are alike (a model's layers) and decided together
     signature: tuple
@@ -220,7 +225,8 @@ def _layout_chain(tensor: fx.Node) -> tuple[fx.Node, list[fx.Node]] | None:
         return None
 
 
-def _reduce_scatter_site(node: fx.Node, options: DecomposeOptions) -> MatmulSite | None:
+def _reducing_site(node: fx.Node, kind: str, options: DecomposeOptions) -> MatmulSite | None:
+    """A matmul -> reduce_scatter or matmul -> all_reduce site at collective ``node``, or None."""
     users = list(node.users)
     if node.kwargs or len(users) != 1 or op_target(users[0].target) is not wait_op() \
             or not isinstance(node.args[0], fx.Node):
@@ -232,8 +238,10 @@ def _reduce_scatter_site(node: fx.Node, options: DecomposeOptions) -> MatmulSite
     y = node_val(mm)
     t = node_val(node.args[0])
     _, group_size, _ = collective_kind_and_group(node)
-    if not _concrete(y) or not _concrete(t) or y.dim() != 2 or y.numel() != t.numel() or y.shape[0] % group_size:
+    if not _concrete(y) or not _concrete(t) or y.dim() != 2 or y.numel() != t.numel():
         return None
+    if kind == "matmul_reduce_scatter" and y.shape[0] % group_size:
+        return None  # a rank's block of the product is not whole rows
     weight = node_val(mm.args[1] if op_target(mm.target) is _ATEN.mm.default else mm.args[2])
     if not _concrete(weight) or weight.dim() != 2:
         return None
@@ -244,10 +252,10 @@ def _reduce_scatter_site(node: fx.Node, options: DecomposeOptions) -> MatmulSite
     degrees = _allowed(y.shape[1], options)
     if not degrees or not _one_fake_mode(list(mm.args) + [node.args[0]]):
         return None
-    args = bound_args(node, _REDUCE_SCATTER)
-    signature = ("matmul_reduce_scatter", tuple(y.shape), tuple(weight.shape), y.dtype, str(args["reduce_op"]),
+    args = bound_args(node, _REDUCING[kind])
+    signature = (kind, tuple(y.shape), tuple(weight.shape), y.dtype, str(args["reduce_op"]),
                  str(args["group_name"]), group_size)
-    return MatmulSite(node.name, users[0].name, "matmul_reduce_scatter", (mm.name,), tuple(n.name for n in chain),
+    return MatmulSite(node.name, users[0].name, kind, (mm.name,), tuple(n.name for n in chain),
                       degrees, signature, t.numel() * t.element_size())
 
 
@@ -262,7 +270,9 @@ def matmul_sites(gm: fx.GraphModule, options: DecomposeOptions = DecomposeOption
         if target is _ALL_GATHER and "all_gather_matmul" in options.kinds:
             site = _all_gather_site(node, options)
         elif target is _REDUCE_SCATTER and "matmul_reduce_scatter" in options.kinds:
-            site = _reduce_scatter_site(node, options)
+            site = _reducing_site(node, "matmul_reduce_scatter", options)
+        elif target is _ALL_REDUCE and "matmul_all_reduce" in options.kinds:
+            site = _reducing_site(node, "matmul_all_reduce", options)
         if site is not None:
             sites.append(site)
     return sites
@@ -347,12 +357,12 @@ def _write_all_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
     _erase_unread(graph, [wait, ag])
 
 
-def _write_reduce_scatter(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
+def _write_reducing(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
     graph = gm.graph
     by_name = {n.name: n for n in graph.nodes}
     rs, wait, mm = by_name[site.collective], by_name[site.wait], by_name[site.matmuls[0]]
     chain = [by_name[n] for n in site.chain]
-    args = bound_args(rs, _REDUCE_SCATTER)
+    args = bound_args(rs, _REDUCING[site.kind])
     is_mm = op_target(mm.target) is _ATEN.mm.default
     cols = node_val(mm).shape[1]
     step = cols // k
@@ -370,8 +380,9 @@ def _write_reduce_scatter(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
                 bias = mm.args[0]
                 bias_j = b.add(_ATEN.slice.Tensor, (bias, node_val(bias).dim() - 1, lo, hi), f"{mm.name}_bias")
                 part = b.add(_ATEN.addmm.default, (bias_j, mm.args[1], w_j), f"{mm.name}_part", dict(mm.kwargs))
-            launches.append(b.add(_REDUCE_SCATTER, (part, args["reduce_op"], args["group_size"], args["group_name"]),
-                                  f"{tag}_rs"))
+            launch_args = (part, args["reduce_op"], args["group_size"], args["group_name"]) \
+                if site.kind == "matmul_reduce_scatter" else (part, args["reduce_op"], args["group_name"])
+            launches.append(b.add(_REDUCING[site.kind], launch_args, f"{tag}_launch"))
     with graph.inserting_before(wait):
         waits = [b.add(wait_op(), (launch,), f"{tag}_wait") for launch in launches]
         joined = b.add(_ATEN.cat.default, (waits, 1), f"{tag}_cat")
@@ -403,7 +414,7 @@ def apply_decomposition(gm: fx.GraphModule, plan: DecomposePlan,
         if site.kind == "all_gather_matmul":
             _write_all_gather(out, site, degree)
         else:
-            _write_reduce_scatter(out, site, degree)
+            _write_reducing(out, site, degree)
     out.graph.lint()
     out.recompile()
     return out
