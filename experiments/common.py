@@ -4,6 +4,8 @@ Standard library only: `tuning/heuristics.py compare`'s worker imports the scrip
 from __future__ import annotations
 
 import argparse
+import subprocess
+from pathlib import Path
 
 
 def command_line(module: str, question: str, doc: str | None = None) -> argparse.ArgumentParser:
@@ -40,3 +42,17 @@ def print_table_head(title: str, columns: list[str]) -> None:
     print(f"{title}\n")
     print("| " + " | ".join(columns) + " |")
     print("|---" * len(columns) + "|")
+
+
+def commit_label() -> str:
+    """The checkout's commit, "(with uncommitted changes)" when tracked files differ from it, for a result's
+    header line; "unknown" outside a git checkout."""
+    here = Path(__file__).resolve().parent
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=here,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=here).stdout.strip()
+        return rev + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"

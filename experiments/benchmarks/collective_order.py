@@ -75,12 +75,12 @@ def main(argv=None) -> int:
     ap.add_argument("--graphs", default="", help="comma-separated: fsdp_tp, fsdp_tp:2 (one size), bw_64_2d; "
                                                  "default all")
     args = ap.parse_args(argv)
-    from experiments.benchmarks.public_graphs import _commit
+    from experiments.common import commit_label
 
     graphs = [g for g in args.graphs.split(",") if g]
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     found = rows(args.time_limit, graphs)
-    print(f"Run at commit {_commit()}, {started}; machine {platform.machine()}, Python {platform.python_version()}.\n")
+    print(f"Run at commit {commit_label()}, {started}; machine {platform.machine()}, Python {platform.python_version()}.\n")
     print(table(found))
     return 0
 

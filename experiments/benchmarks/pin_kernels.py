@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 import sys
 import time
 
 import torch
 
-from experiments.common import below_commands, command_line
+from experiments.common import below_commands, command_line, commit_label
 
 DTENSOR = ("llama_tp", "simple_fsdp", "fsdp_tp")
 TRACED = ("tp_mlp", "tp_block", "fsdp_layers")
@@ -86,15 +85,6 @@ def run(name: str, setting: str, dump: str | None = None, device: str = "cpu") -
     return {"model": name, "setting": setting, "graphs": len(codes), **total, "kept": kept, "seconds": seconds}
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
-        return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv=None) -> int:
     """Does pinning the pass's order add kernels or buffers to Inductor's code? Per model, the counts with
     pinning, without it and with Inductor alone, and whether the order is kept. A markdown table to stdout
@@ -112,7 +102,7 @@ def main(argv=None) -> int:
     if unknown:
         ap.error(f"unknown models {unknown}")
     command = "python -m experiments.benchmarks.pin_kernels " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    print(f"Command: `{command}`; commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+    print(f"Command: `{command}`; commit {commit_label()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"torch {torch.__version__}, "
           f"{torch.cuda.get_device_name() if args.device == 'cuda' else 'CPU'}.\n")
     print("| model | graphs | kernels pinned / unpinned / Inductor alone | extern calls | buffers pinned / unpinned / "

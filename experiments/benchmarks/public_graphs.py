@@ -58,7 +58,6 @@ import lzma
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -69,7 +68,7 @@ import torch
 import torch.fx as fx
 
 from experiments.benchmarks.collective_tables import TableEstimator, collective_info, read_table
-from experiments.common import below_commands, command_line
+from experiments.common import below_commands, command_line, commit_label
 from solvercast.models import register_fake_group
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "autoparallel_llama3_8b"
@@ -455,17 +454,6 @@ def row_line(r: dict) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def _commit() -> str:
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                             cwd=Path(__file__).resolve().parent, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=Path(__file__).resolve().parent).stdout.strip()
-        return rev + (" (with uncommitted changes)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def add_graph_arguments(ap, time_limit: float) -> None:
     """The options every script on these graphs takes: --graphs, --dir, --time-limit."""
     ap.add_argument("--graphs", default=",".join(VENDORED),
@@ -486,7 +474,7 @@ def chosen_graphs(ap, args) -> list[str]:
 
 def run_line() -> str:
     """What a result names its run by: commit, date, machine, load, versions."""
-    return (f"Run at commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine "
+    return (f"Run at commit {commit_label()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine "
             f"{platform.machine()}, nproc {os.cpu_count()}, load average at start {os.getloadavg()[0]:.1f}; "
             f"Python {platform.python_version()}, torch {torch.__version__}.\n")
 

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import platform
 import shlex
-import subprocess
 import sys
 import time
 
 import torch
 
-from experiments.common import below_commands, command_line
+from experiments.common import below_commands, command_line, commit_label
 
 LLAMA_8B = dict(dim=4096, heads=32, kv_heads=8, ffn=14336, batch=1, dtype="bfloat16")
 CASES = {
@@ -62,15 +61,6 @@ def run_case(model: str, params: dict, time_limit: float) -> dict:
     return dict(sites=len(sites), **rows)
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
-        return out.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def main(argv=None) -> int:
     """Does splitting collective-matmul pairs shorten tensor-parallel steps, and is it declined where it does
     not? Per case, the optimized step with the rewrite off and on, the sites taken, the peaks against the
@@ -85,7 +75,7 @@ def main(argv=None) -> int:
         ap.error(f"unknown cases {unknown}")
     command = "python -m experiments.benchmarks.tp_rewrites " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     print("# Collective-matmul decomposition on tensor-parallel graphs\n")
-    print(f"Command: `{command}`; commit {_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+    print(f"Command: `{command}`; commit {commit_label()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"torch {torch.__version__}, {platform.machine()} CPU, H100 analytic costs, budget 1.0 x the original "
           "peak, bucketing on in both runs.\n")
     print("| case | model params | tasks (off / on) | sites | original us | step off us | step on us | on / off | "

@@ -63,3 +63,69 @@ def run_local(gm, args: list[torch.Tensor]) -> list[torch.Tensor]:
     with torch.no_grad(), LocalCollectives():
         out = gm(*args)
     return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def run_ranks(gm, rank_args: list[list]) -> list[list]:
+    """Run ``gm`` as every rank of one process group at once, ``rank_args[r]`` rank ``r``'s inputs, with the
+    collectives' true results across the ranks (all_reduce "sum" and "avg", reduce_scatter along dim 0,
+    all_gather along dim 0; every collective of the graph is taken to span all ``len(rank_args)`` ranks).
+    Each rank's outputs as a flat list. Where `run_local`'s stand-ins only keep one rank's shapes, this keeps
+    the values a rewrite that moves data between ranks (sequence parallelism) must keep."""
+    import torch.fx as fx
+
+    ranks = len(rank_args)
+    envs: list[dict] = [{} for _ in range(ranks)]
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for r in range(ranks):
+        for node, value in zip(placeholders, rank_args[r]):
+            envs[r][node] = value
+
+    def reduced(values: list, op: str):
+        total = values[0].clone()
+        for v in values[1:]:
+            total += v
+        if op == "avg":
+            total /= len(values)
+        elif op != "sum":
+            raise NotImplementedError(f"run_ranks: reduce op {op!r}")
+        return total
+
+    out = None
+    with torch.no_grad():
+        for node in gm.graph.nodes:
+            if node.op == "placeholder":
+                continue
+            if node.op == "output":
+                out = [fx.map_arg(node.args[0], lambda n: env[n]) for env in envs]
+                break
+            if node.op == "get_attr":
+                for env in envs:
+                    env[node] = getattr(gm, node.target)
+                continue
+            args = [fx.map_arg(node.args, lambda n: env[n]) for env in envs]
+            kwargs = [fx.map_arg(node.kwargs, lambda n: env[n]) for env in envs]
+            target = node.target
+            if target is _C10D.all_reduce.default:
+                total = reduced([a[0] for a in args], args[0][1])
+                results = [total.clone() for _ in range(ranks)]
+            elif target is _C10D.reduce_scatter_tensor.default:
+                if args[0][2] != ranks:
+                    raise ValueError(f"run_ranks: {node.name} scatters over {args[0][2]} ranks, not {ranks}")
+                total = reduced([a[0] for a in args], args[0][1])
+                results = list(total.chunk(ranks))
+            elif target is _C10D.all_gather_into_tensor.default:
+                if args[0][1] != ranks:
+                    raise ValueError(f"run_ranks: {node.name} gathers over {args[0][1]} ranks, not {ranks}")
+                gathered = torch.cat([a[0] for a in args])
+                results = [gathered.clone() for _ in range(ranks)]
+            elif target is _C10D.wait_tensor.default:
+                results = [a[0] for a in args]
+            elif "_c10d_functional" in str(target):
+                raise NotImplementedError(f"run_ranks: no cross-rank semantics for {target}")
+            elif node.op == "call_method":
+                results = [getattr(a[0], target)(*a[1:], **k) for a, k in zip(args, kwargs)]
+            else:
+                results = [target(*a, **k) for a, k in zip(args, kwargs)]
+            for env, value in zip(envs, results):
+                env[node] = value
+    return [list(o) if isinstance(o, (tuple, list)) else [o] for o in out]

@@ -183,7 +183,7 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
                              deterministic, started=started, cost_model=cost_model, progress=progress, tuning=tuning)
     report = dataclasses.replace(res.report, phases=res.report.phases | phases, **notes)
     buckets = choice if choice is not None and choice.plan.buckets else None
-    split = split if split is not None and split.plan.degrees else None
+    split = split if split is not None and split.rewritten else None
     if buckets is None and split is None:
         return dataclasses.replace(res, report=report)
     report = dataclasses.replace(

@@ -22,6 +22,7 @@ import torch.fx as fx
 from solvercast.pipeline.plan_judge import PlanJudge
 from solvercast.rewrites.decompose import (DecomposeOptions, DecomposePlan, MatmulSite, apply_decomposition,
                                            matmul_sites)
+from solvercast.rewrites.sequence_parallel import SPSite, apply_sequence_parallel, sp_sites
 
 
 @dataclass
@@ -37,15 +38,22 @@ class DecomposeChoice:
     original_step: int | None  # ... on the input graph
     tried: list = field(default_factory=list)
     seconds: float = 0.0
+    sequence_parallel: tuple[str, ...] = ()  # the all_reduces written sequence-parallel before the split
+
+    @property
+    def rewritten(self) -> bool:
+        return bool(self.plan.degrees or self.sequence_parallel)
 
     def summary(self) -> str:
         """One line for the report: what was split, what it bought, and the numerics."""
-        if not self.plan.degrees:
+        if not self.rewritten:
             return f"no decomposition: none of {len(self.tried)} plans tried shortened the step" if self.tried \
-                else "no decomposition: no collective-matmul site"
+                else "no decomposition: no collective-matmul or sequence-parallel site"
         gain = "" if self.step is None or not self.original_step else \
             f"; the heuristics' step {self.original_step / 1e3:,.1f} -> {self.step / 1e3:,.1f} us"
-        return (f"{self.plan.describe(self.sites)} ({len(self.tried)} plans tried{gain}); chunked matmuls and "
+        sp = (f"sequence parallel: {len(self.sequence_parallel)} all_reduces as reduce_scatter + all_gather; "
+              if self.sequence_parallel else "")
+        return (f"{sp}{self.plan.describe(self.sites)} ({len(self.tried)} plans tried{gain}); chunked matmuls and "
                 "collectives may sum in another order (close, not bitwise)")
 
 
@@ -53,43 +61,78 @@ def choose_decomposition(gm: fx.GraphModule, undecomposed, extract: Callable, bu
                          options: DecomposeOptions, work_limit: float | None, extract_work_per_task: float,
                          say: Callable[[str], None], deadline: float = float("inf")) -> DecomposeChoice:
     """The plan whose graph the heuristics schedule fastest within ``budget`` bytes (None: no budget).
-    ``undecomposed``: ``gm``'s `Extracted`; ``extract(gm)``: the `Extracted` of a decomposed graph; the work
-    limits as `solvercast.pipeline.buckets.choose_buckets` takes them."""
+    ``undecomposed``: ``gm``'s `Extracted`; ``extract(gm)``: the `Extracted` of a rewritten graph; the work
+    limits as `solvercast.pipeline.buckets.choose_buckets` takes them. With ``options.sequence_parallel``, the
+    graph with its all_reduces written sequence-parallel is a second starting point, searched alike with an
+    equal share of the work."""
     started = time.perf_counter()
+    judge = PlanJudge(budget, work_limit, extract_work_per_task)
+    starts = [((), gm, undecomposed)]
+    reduced = _sp_group(gm) if options.sequence_parallel else []
+    sites = {s.collective: s for s in matmul_sites(gm, options)}
+    if not sites and not reduced:
+        return DecomposeChoice(DecomposePlan(), gm, undecomposed, sites, None, None,
+                               seconds=time.perf_counter() - started)
+    base_step = judge.step(undecomposed)
+    best = DecomposeChoice(DecomposePlan(), gm, undecomposed, sites, base_step, base_step)
+    if reduced:
+        sp_gm = apply_sequence_parallel(gm, reduced)
+        starts.append((tuple(s.collective for s in reduced), sp_gm, extract(sp_gm)))
+    for n, (sp, start_gm, start_extracted) in enumerate(starts):
+        limit = None if work_limit is None else judge.spent + (work_limit - judge.spent) / (len(starts) - n)
+        _search(best, sp, start_gm, start_extracted, options, judge, extract, say, limit, deadline)
+    best.seconds = time.perf_counter() - started
+    return best
+
+
+def _sp_group(gm: fx.GraphModule) -> list[SPSite]:
+    """The all_reduces the sequence-parallel start rewrites: those of the most common (rows, group)."""
+    by_key: dict[tuple, list[SPSite]] = {}
+    for s in sp_sites(gm):
+        by_key.setdefault((s.rows, s.group_size, s.group_name), []).append(s)
+    return max(by_key.values(), key=len) if by_key else []
+
+
+def _search(best: DecomposeChoice, sp: tuple, gm: fx.GraphModule, extracted, options: DecomposeOptions,
+            judge: PlanJudge, extract: Callable, say: Callable[[str], None], limit: float | None,
+            deadline: float) -> None:
+    """Degrees for ``gm``'s sites (signatures in turn, most bytes first, each an equal share of the work up to
+    ``limit``), ``best`` updated in place with any plan shorter than it."""
     sites = {s.collective: s for s in matmul_sites(gm, options)}
     groups: dict[tuple, list[MatmulSite]] = {}
     for s in sites.values():
         groups.setdefault(s.signature, []).append(s)
-    if not groups:
-        return DecomposeChoice(DecomposePlan(), gm, undecomposed, sites, None, None,
-                               seconds=time.perf_counter() - started)
     order = list(sites)
     signatures = sorted(groups, key=lambda g: (-sum(s.comm_bytes for s in groups[g]), order.index(groups[g][0].collective)))
-    judge = PlanJudge(budget, work_limit, extract_work_per_task)
-    base_step = judge.step(undecomposed)
-    best = DecomposeChoice(DecomposePlan(), gm, undecomposed, sites, base_step, base_step)
+    prefix = f"sequence parallel ({len(sp)} all_reduces); " if sp else ""
+
+    def judged(plan: DecomposePlan, graph, ex) -> int | None:
+        step = judge.step(ex)
+        best.tried.append((prefix + plan.describe(sites), step))
+        say(f"decomposition: {prefix}{plan.describe(sites)}: step "
+            + ("over the budget" if step is None else f"{step / 1e3:,.1f} us"))
+        if step is not None and (best.step is None or step < best.step):
+            best.plan, best.gm, best.extracted, best.step, best.sites, best.sequence_parallel = \
+                plan, graph, ex, step, sites, sp
+        return step
+
+    start_step = judged(DecomposePlan(), gm, extracted) if sp else best.original_step
     chosen: dict[tuple, int] = {}
+    current = start_step
     for n, signature in enumerate(signatures):
         # each signature gets an equal share of the work left
-        limit = None if work_limit is None else judge.spent + (work_limit - judge.spent) / (len(signatures) - n)
-        previous = best.step
+        share = None if limit is None else judge.spent + (limit - judge.spent) / (len(signatures) - n)
+        previous = current
         degrees = sorted(set.intersection(*(set(s.degrees) for s in groups[signature])))
         for degree in degrees:
-            if time.perf_counter() > deadline or (limit is not None and judge.spent >= limit):
+            if time.perf_counter() > deadline or (share is not None and judge.spent >= share):
                 break
             trial = chosen | {signature: degree}
             plan = DecomposePlan.of({s.collective: trial[s.signature] for s in sites.values() if s.signature in trial})
             graph = apply_decomposition(gm, plan, sites)
-            extracted = extract(graph)
-            step = judge.step(extracted)
-            best.tried.append((plan.describe(sites), step))
-            say(f"decomposition: {plan.describe(sites)}: step "
-                + ("over the budget" if step is None else f"{step / 1e3:,.1f} us"))
-            if step is not None and (best.step is None or step < best.step):
-                best.plan, best.gm, best.extracted, best.step = plan, graph, extracted, step
-                chosen[signature] = degree
+            step = judged(plan, graph, extract(graph))
+            if step is not None and (current is None or step < current):
+                current, chosen[signature] = step, degree
             if step is None or (previous is not None and step >= previous):
                 break  # more chunks cost more launches and copies: past the best degree it only gets worse
             previous = step
-    best.seconds = time.perf_counter() - started
-    return best

@@ -44,11 +44,11 @@ import torch
 import torch.fx as fx
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch.utils._pytree import tree_map
 
 from solvercast.errors import RewriteError
 from solvercast.graph.collectives import collective_kind_and_group, wait_op
 from solvercast.graph.fxmeta import bound_args, node_val, op_target
+from solvercast.rewrites.fake_nodes import FakeNodeBuilder, copy_graph
 
 __all__ = ["DECOMPOSE_KINDS", "DEGREES", "DecomposeOptions", "MatmulSite", "DecomposePlan", "matmul_sites",
            "apply_decomposition"]
@@ -70,10 +70,13 @@ DEGREES = (2, 4, 8)
 
 @dataclass(frozen=True)
 class DecomposeOptions:
-    """Which sites the optimizer may decompose (``kinds``) and into how many chunks at most."""
+    """Which sites the optimizer may decompose (``kinds``), into how many chunks at most, and whether a plain
+    tensor-parallel graph's all_reduces may be written sequence-parallel first."""
 
     kinds: tuple[str, ...] = DECOMPOSE_KINDS
     max_degree: int = max(DEGREES)
+    #: whether all_reduces may first be written sequence-parallel (`solvercast.rewrites.sequence_parallel`)
+    sequence_parallel: bool = True
 
     def __post_init__(self):
         unknown = [k for k in self.kinds if k not in DECOMPOSE_KINDS]
@@ -278,24 +281,6 @@ def matmul_sites(gm: fx.GraphModule, options: DecomposeOptions = DecomposeOption
     return sites
 
 
-class _Builder:
-    """Adds nodes to one graph with their fake values (``meta["val"]``) computed in one fake mode."""
-
-    def __init__(self, graph: fx.Graph, mode: FakeTensorMode):
-        self.graph, self.mode = graph, mode
-
-    def add(self, target, args, name: str, kwargs=None) -> fx.Node:
-        node = self.graph.create_node("call_function", target, tuple(args), kwargs or {}, name=name)
-
-        def fake(v):
-            return self.mode.from_tensor(v) if isinstance(v, torch.Tensor) and not isinstance(v, FakeTensor) else v
-
-        vals = tree_map(lambda a: fake(a.meta["val"]) if isinstance(a, fx.Node) else a, tuple(args))
-        with self.mode:
-            node.meta["val"] = target(*vals, **(kwargs or {}))
-        return node
-
-
 def _mode_of(*nodes: fx.Node) -> FakeTensorMode:
     vals = [node_val(n) for n in nodes]
     return detect_fake_mode([v for v in vals if isinstance(v, FakeTensor)]) or FakeTensorMode()
@@ -323,7 +308,7 @@ def _write_all_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
     k_dim = x_val.shape[-1]
     rows = x_val.numel() // k_dim
     step = rows // k
-    b = _Builder(graph, _mode_of(x))
+    b = FakeNodeBuilder(graph, _mode_of(x))
     tag = f"{site.collective}_x{k}"
     with graph.inserting_before(ag):
         flat = b.add(_ATEN.view.default, (x, [rows, k_dim]), f"{tag}_rows")
@@ -366,7 +351,7 @@ def _write_reducing(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
     is_mm = op_target(mm.target) is _ATEN.mm.default
     cols = node_val(mm).shape[1]
     step = cols // k
-    b = _Builder(graph, _mode_of(mm))
+    b = FakeNodeBuilder(graph, _mode_of(mm))
     tag = f"{site.collective}_x{k}"
     launches = []
     with graph.inserting_before(mm):
@@ -407,7 +392,7 @@ def apply_decomposition(gm: fx.GraphModule, plan: DecomposePlan,
         if degree not in sites[name].degrees:
             raise RewriteError(f"site {name!r} cannot be split into {degree} chunks (its sizes allow "
                                f"{list(sites[name].degrees)})")
-    out = fx.GraphModule(gm, _copy_graph(gm.graph))
+    out = fx.GraphModule(gm, copy_graph(gm.graph))
     out.meta.update(getattr(gm, "meta", {}))
     for name, degree in plan.degrees:
         site = sites[name]
@@ -418,12 +403,3 @@ def apply_decomposition(gm: fx.GraphModule, plan: DecomposePlan,
     out.graph.lint()
     out.recompile()
     return out
-
-
-def _copy_graph(graph: fx.Graph) -> fx.Graph:
-    """A copy of ``graph`` whose nodes keep their names and meta."""
-    new = fx.Graph()
-    env: dict[fx.Node, fx.Node] = {}
-    for node in graph.nodes:
-        env[node] = new.node_copy(node, lambda n: env[n])
-    return new
