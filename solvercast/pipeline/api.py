@@ -46,7 +46,7 @@ def optimize(
     progress: Callable[[str], None] | None = None,
     tuning: Tuning | None = None,
     bucketing: bool | BucketOptions = True,
-    decomposition: bool | DecomposeOptions = True,
+    decomposition: bool | str | DecomposeOptions = "auto",
 ) -> OptimizeResult:
     """Reorder ``gm`` (and assign streams) to minimize its step time within a memory budget.
 
@@ -71,8 +71,11 @@ def optimize(
     site signature with the schedule under the budget
     (`solvercast.pipeline.decompose`): True, False, or a
     `solvercast.rewrites.decompose.DecomposeOptions` (which kinds, the
-    largest degree); chunked results are close to the original, not
-    bitwise. Tried before bucketing; not with a list of budgets.
+    largest degree, whether plain all_reduces may be written
+    sequence-parallel first), or "auto" (the default: on where costs are
+    modelled, off with measured costs, which cannot price the chunks' new
+    ops beside the measured ones); chunked results are close to the
+    original, not bitwise. Tried before bucketing; not with a list of budgets.
     ``preserve_collective_order``: which collectives keep their original
     relative order: True or "global" (all of them: safe even if ranks
     compute different schedules), "group" (those of one process group; safe
@@ -113,7 +116,7 @@ def optimize(
                                     preserve_collective_order=preserve_collective_order)
 
     extracted = extract(gm)
-    options, decompose = bucket_options(bucketing), decompose_options(decomposition)
+    options, decompose = bucket_options(bucketing), decompose_options(decomposition, cost_model)
     if (options is None and decompose is None) or method == "original":
         return optimize_extracted(gm, extracted, time_limit, memory_budget, method, deterministic, started=started,
                                   cost_model=cost_model, progress=progress, tuning=tuning)
@@ -141,13 +144,17 @@ def bucket_options(bucketing: bool | BucketOptions) -> BucketOptions | None:
     raise ValueError(f"bucketing must be True, False or a BucketOptions, got {bucketing!r}")
 
 
-def decompose_options(decomposition: bool | DecomposeOptions) -> DecomposeOptions | None:
-    """``optimize``'s ``decomposition`` argument as options (None: off)."""
+def decompose_options(decomposition: bool | str | DecomposeOptions, cost_model=None) -> DecomposeOptions | None:
+    """``optimize``'s ``decomposition`` argument as options (None: off). "auto": on with modelled costs (none
+    given, or the analytic model), off with measured ones: a chunk's new ops have no measurement and would
+    be priced by the model beside measured originals, which biases the choice."""
     if isinstance(decomposition, DecomposeOptions):
         return decomposition
+    if decomposition == "auto":
+        decomposition = cost_model is None or isinstance(cost_model, AnalyticCostModel)
     if isinstance(decomposition, bool):
         return DecomposeOptions() if decomposition else None
-    raise ValueError(f"decomposition must be True, False or a DecomposeOptions, got {decomposition!r}")
+    raise ValueError(f"decomposition must be True, False, 'auto' or a DecomposeOptions, got {decomposition!r}")
 
 
 def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, decompose: DecomposeOptions | None,

@@ -100,7 +100,7 @@ def _measured_costs(args, gm, say):
 #: --buckets -> optimize's ``bucketing``
 BUCKETING = {"auto": True, "bitwise": BucketOptions(bitwise=True), "off": False}
 #: --decompose -> optimize's ``decomposition``
-DECOMPOSITION = {"auto": True, "off": False}
+DECOMPOSITION = {"auto": "auto", "on": True, "off": False}
 
 
 def cmd_optimize(args) -> int:
@@ -122,8 +122,8 @@ def cmd_optimize(args) -> int:
     res = optimize(gm, time_limit=args.time_limit, memory_budget=budget,
                    device=args.device, compute_streams=args.streams, method=args.method,
                    preserve_collective_order=_collective_order(args), deterministic=not args.wall_clock,
-                   cost_model=cost_model, progress=say, bucketing=BUCKETING[args.buckets],
-                   decomposition=DECOMPOSITION[args.decompose])
+                   cost_model=cost_model, progress=say, bucketing=BUCKETING["bitwise" if args.bitwise else args.buckets],
+                   decomposition=DECOMPOSITION["off" if args.bitwise else args.decompose])
     print(res.report)
     if not res.report.analysed and (args.trace or args.plot):
         print("no trace or plot: the graph was not analysed", file=sys.stderr)
@@ -191,8 +191,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "(all_gathers only: results bitwise the same), off")
     opt.add_argument("--decompose", choices=sorted(DECOMPOSITION), default="auto",
                      help="all_gather -> matmul and matmul -> reduce_scatter/all_reduce pairs split into chunks whose "
-                          "communication overlaps the matmuls, the degree chosen with the schedule: auto (where "
-                          "it pays; results close, not bitwise), off")
+                          "communication overlaps the matmuls (plain all_reduces written sequence-parallel first), "
+                          "the degree chosen with the schedule where it pays (results close, not bitwise): auto "
+                          "(on with modelled costs, off with measured ones), on, off")
+    opt.add_argument("--bitwise", action="store_true",
+                     help="only rewrites whose results are bitwise the original's: --buckets bitwise --decompose off")
     opt.add_argument("--wall-clock", action="store_true", help="wall-clock time limit instead of a deterministic one")
     opt.add_argument("--trace", help="write a Chrome trace (JSON) of baseline and optimized schedules")
     opt.add_argument("--plot", help="write a PNG: Gantt per stream and memory against the budget")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch.fx as fx
 
+from solvercast.graph.nodes import NodeKind, classify
 from solvercast.pipeline.plan_judge import PlanJudge
 from solvercast.rewrites.decompose import (DecomposeOptions, DecomposePlan, MatmulSite, apply_decomposition,
                                            matmul_sites)
@@ -86,7 +87,10 @@ def choose_decomposition(gm: fx.GraphModule, undecomposed, extract: Callable, bu
 
 
 def _sp_group(gm: fx.GraphModule) -> list[SPSite]:
-    """The all_reduces the sequence-parallel start rewrites: those of the most common (rows, group)."""
+    """The all_reduces the sequence-parallel start rewrites: those of the most common (rows, group); none in a
+    graph with fences (its all_gathers are placed where full rows are read, which may be past a fence)."""
+    if any(n.op == "call_function" and classify(n).kind in (NodeKind.FENCE, NodeKind.EFFECT) for n in gm.graph.nodes):
+        return []
     by_key: dict[tuple, list[SPSite]] = {}
     for s in sp_sites(gm):
         by_key.setdefault((s.rows, s.group_size, s.group_name), []).append(s)
@@ -106,12 +110,14 @@ def _search(best: DecomposeChoice, sp: tuple, gm: fx.GraphModule, extracted, opt
     signatures = sorted(groups, key=lambda g: (-sum(s.comm_bytes for s in groups[g]), order.index(groups[g][0].collective)))
     prefix = f"sequence parallel ({len(sp)} all_reduces); " if sp else ""
 
+    enough = float("inf") if best.original_step is None else best.original_step * (1.0 - options.min_gain)
+
     def judged(plan: DecomposePlan, graph, ex) -> int | None:
         step = judge.step(ex)
         best.tried.append((prefix + plan.describe(sites), step))
         say(f"decomposition: {prefix}{plan.describe(sites)}: step "
             + ("over the budget" if step is None else f"{step / 1e3:,.1f} us"))
-        if step is not None and (best.step is None or step < best.step):
+        if step is not None and step <= enough and (best.step is None or step < best.step):
             best.plan, best.gm, best.extracted, best.step, best.sites, best.sequence_parallel = \
                 plan, graph, ex, step, sites, sp
         return step

@@ -77,11 +77,16 @@ class DecomposeOptions:
     max_degree: int = max(DEGREES)
     #: whether all_reduces may first be written sequence-parallel (`solvercast.rewrites.sequence_parallel`)
     sequence_parallel: bool = True
+    #: the fraction of the heuristics' step a plan must save to be taken: its results are close, not bitwise,
+    #: and the judge is the heuristics, so a step a hair shorter is no reason to change them
+    min_gain: float = 0.01
 
     def __post_init__(self):
         unknown = [k for k in self.kinds if k not in DECOMPOSE_KINDS]
         if unknown:
             raise ValueError(f"decomposition has no kind {unknown}; it knows {list(DECOMPOSE_KINDS)}")
+        if not 0.0 <= self.min_gain < 1.0:
+            raise ValueError(f"min_gain must be in [0, 1), got {self.min_gain}")
         if self.max_degree < 1:
             raise ValueError(f"max_degree must be at least 1, got {self.max_degree}")
 
@@ -140,6 +145,12 @@ def _allowed(n: int, options: DecomposeOptions) -> tuple[int, ...]:
     return tuple(d for d in DEGREES if d <= options.max_degree and n % d == 0 and n // d >= 1)
 
 
+def _row_broadcast_bias(bias) -> bool:
+    """An addmm's bias that every row shares (a vector, or one row): a chunk of rows takes it as it is."""
+    val = node_val(bias) if isinstance(bias, fx.Node) else bias
+    return not isinstance(val, torch.Tensor) or val.dim() < 2 or val.shape[0] == 1
+
+
 def _view_closure(root: fx.Node) -> tuple[list[fx.Node], list[tuple[fx.Node, fx.Node]], bool]:
     """The nodes that read ``root``'s buffer through views only (``root`` first), the (matmul, operand)
     pairs among their readers (the operand read as the rows ``A``), and whether anything else reads them."""
@@ -154,7 +165,8 @@ def _view_closure(root: fx.Node) -> tuple[list[fx.Node], list[tuple[fx.Node, fx.
                 nodes.append(user)
             elif target is _ATEN.mm.default and user.args[0] is node and user.args[1] is not node:
                 matmuls.append((user, node))
-            elif target is _ATEN.addmm.default and user.args[1] is node and node not in (user.args[0], user.args[2]):
+            elif target is _ATEN.addmm.default and user.args[1] is node and node not in (user.args[0], user.args[2]) \
+                    and _row_broadcast_bias(user.args[0]):
                 matmuls.append((user, node))
             else:
                 other = True

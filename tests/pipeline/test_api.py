@@ -52,8 +52,11 @@ def test_trace_and_plot(tp_result, tmp_path):
     res.save_trace(tmp_path / "t.json")
     events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     timed = [e for e in events if e["ph"] == "X"]
-    real_tasks = [t for t in res.problem.tasks if t.role.value != "free"]
-    assert len(timed) == 2 * len(real_tasks)  # baseline and optimized
+    def real_tasks(problem):
+        return [t for t in problem.tasks if t.role.value != "free"]
+
+    # baseline (of the input graph) and optimized (of the rewritten graph, where a rewrite was taken)
+    assert len(timed) == len(real_tasks(res.baseline_problem or res.problem)) + len(real_tasks(res.problem))
     assert any(e["ph"] == "C" and e["name"] == "memory" for e in events)
     comm_rows = {e["tid"] for e in timed if e["cat"] == "comm"}
     assert comm_rows == {res.problem.machine.compute_streams}  # collectives on their comm stream
@@ -348,3 +351,16 @@ def test_a_search_the_wall_clock_ended_never_returns_a_cross_group_order(stopped
         assert names == ["all_reduce", "all_reduce_1"] and "wall clock ended the search" in res.report.fallback
     else:  # a search that ended on its deterministic limit is the same on every rank: nothing replaced
         assert "wall clock" not in (res.report.fallback or "")
+
+
+def test_cli_bitwise_takes_no_rewrite_that_changes_results(tmp_path):
+    """A plain tensor-parallel block where the default rewrites it (sequence parallel, chunks: not bitwise);
+    --bitwise keeps every result bitwise: no decomposition, all_gather buckets only."""
+    params = ["--model", "tp_block", "--param", "layers=2", "--param", "hidden=8192", "--param", "heads=32",
+              "--param", "seq=8192", "--param", "batch=1", "--param", "world_size=8", "--time-limit", "5"]
+    assert main(["optimize", *params, "--json", str(tmp_path / "default.json")]) == 0
+    assert main(["optimize", *params, "--bitwise", "--json", str(tmp_path / "bitwise.json")]) == 0
+    default = json.loads((tmp_path / "default.json").read_text())
+    bitwise = json.loads((tmp_path / "bitwise.json").read_text())
+    assert "sequence parallel" in default["decomposition"]
+    assert bitwise["decomposition"] is None and "not bitwise" not in (bitwise["buckets"] or "")

@@ -76,6 +76,19 @@ def test_an_all_gather_read_as_rows_by_matmuls_is_a_site(view):
     assert site.kind == "all_gather_matmul" and len(site.matmuls) == 2 and site.degrees == (2, 4, 8)
 
 
+def test_an_addmm_whose_bias_has_rows_is_no_reader_a_chunk_can_take():
+    """addmm(b, A, W) with a bias of A's rows (Inductor fuses a later add into the matmul so): a chunk of A's
+    rows would need the same rows of b; the gathered value is then read whole (no site)."""
+    group = fake_group(RANKS, tag="dc4")
+
+    def step(x, w, b):
+        rows = C10D.wait_tensor(C10D.all_gather_into_tensor(x, RANKS, group))
+        return torch.addmm(b, rows, w)
+
+    gm = make_fx(step, tracing_mode="fake")(torch.empty(8, 16), torch.empty(16, 24), torch.empty(32, 24))
+    assert matmul_sites(gm) == []
+
+
 def test_an_all_gather_read_in_another_layout_is_refused():
     assert matmul_sites(_gather_matmuls("reshape", layout_kept=False)) == []
 
