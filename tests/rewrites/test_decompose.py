@@ -187,3 +187,20 @@ def test_tp_block_forward_sites_values_and_gain():
     assert res.decomposition is not None, res.report.decomposition
     assert res.report.optimized_makespan < 0.97 * res.report.baseline_makespan
     assert res.optimized.peak_memory <= res.report.memory_budget
+
+
+def test_llama_tp_backward_split_keeps_every_rank_s_gradients():
+    """The backward graph's all_gathers (of the incoming gradient, read as rows by the grad-input matmuls) split
+    in two and four: every rank's gradients are the original's (run_ranks: each rank its own inputs)."""
+    from solvercast.graph.local_run import run_ranks
+
+    gm = build("llama_tp", layers=1, world_size=4, backward=1)
+    sites = matmul_sites(gm)
+    assert sites and {s.kind for s in sites} == {"all_gather_matmul"}
+    rank_args = [random_inputs(gm, seed=r) for r in range(4)]
+    expected = run_ranks(gm, rank_args)
+    for degree in (2, 4):
+        got = run_ranks(apply_decomposition(gm, DecomposePlan.of({s.collective: degree for s in sites})), rank_args)
+        for exp_rank, got_rank in zip(expected, got):
+            for a, b in zip(exp_rank, got_rank):
+                assert (a is None and b is None) or torch.equal(a, b)
