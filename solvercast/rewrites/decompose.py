@@ -104,6 +104,9 @@ class MatmulSite:
     # (kind, sizes, dtype, group): sites of one signature are alike (a model's layers) and decided together
     signature: tuple
     comm_bytes: int  # this rank's input to the collective
+    # all_gather: how the gathered rows are read: "rank_major" (the buffer as it is) or "batch_major" (DTensor's
+    # sequence gather at batch > 1: split into ranks' blocks, concatenated along the sequence)
+    layout: str = "rank_major"
 
 
 @dataclass(frozen=True)
@@ -183,57 +186,87 @@ def _all_gather_site(node: fx.Node, options: DecomposeOptions) -> MatmulSite | N
     _, group_size, _ = collective_kind_and_group(node)
     k_dim = x.shape[-1]
     rows = x.numel() // k_dim if k_dim else 0
-    _, matmuls, _ = _view_closure(users[0])
+    batch_major = _sequence_gather(users[0], x, group_size)
+    layout = "rank_major" if batch_major is None else "batch_major"
+    _, matmuls, _ = _view_closure(users[0] if batch_major is None else batch_major[-1])
     if not rows or not matmuls:
         return None
     for mm, operand in matmuls:
         a = node_val(operand)
         if not _concrete(a) or tuple(a.shape) != (group_size * rows, k_dim):
             return None  # the gathered rows are read in another layout: not provably chunkable
-    degrees = _allowed(rows, options)
+    # rank-major: any chunk of the local rows; batch-major: whole batch entries, so that each chunk's rows
+    # are one block of the matmul's rows
+    degrees = _allowed(rows if batch_major is None else x.shape[0], options)
     if not degrees or not _one_fake_mode([node.args[0]] + [a for mm, _ in matmuls for a in mm.args]):
         return None
     args = bound_args(node, _ALL_GATHER)
     outs = tuple(tuple(node_val(mm).shape) for mm, _ in matmuls)
-    signature = ("all_gather_matmul", tuple(x.shape), outs, x.dtype, str(args["group_name"]), group_size)
-    return MatmulSite(node.name, users[0].name, "all_gather_matmul", tuple(mm.name for mm, _ in matmuls), (),
-                      degrees, signature, x.numel() * x.element_size())
+    signature = ("all_gather_matmul", layout, tuple(x.shape), outs, x.dtype, str(args["group_name"]), group_size)
+    chain = () if batch_major is None else tuple(n.name for n in batch_major)
+    return MatmulSite(node.name, users[0].name, "all_gather_matmul", tuple(mm.name for mm, _ in matmuls), chain,
+                      degrees, signature, x.numel() * x.element_size(), layout)
 
 
-def _layout_chain(tensor: fx.Node) -> tuple[fx.Node, list[fx.Node]] | None:
-    """Walking back from the reduce_scatter's input: (the matmul it reads, the nodes between, matmul side
-    first), when every step keeps the flat layout and each node has one reader; else None."""
+def _sequence_gather(wait: fx.Node, x, group_size: int) -> list[fx.Node] | None:
+    """DTensor's gather along the sequence at batch > 1: the gathered ``(ranks * B, S, K)`` buffer split into
+    the ranks' ``(B, S, K)`` blocks (dim 0) and concatenated along dim 1 into ``(B, ranks * S, K)``, whose
+    rows read ``(batch, rank, position)``. Returns [split, its pieces..., cat] when ``wait``'s only reader is
+    such a split, its pieces read only by the cat, in order; else None."""
+    users = list(wait.users)
+    if x.dim() != 3 or len(users) != 1 or op_target(users[0].target) is not _ATEN.split.Tensor:
+        return None
+    split = users[0]
+    dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
+    if split.args[1] != x.shape[0] or dim != 0:
+        return None
+    pieces = sorted(split.users, key=lambda p: p.args[1] if p.target is operator.getitem else -1)
+    if len(pieces) != group_size or any(p.target is not operator.getitem for p in pieces) \
+            or [p.args[1] for p in pieces] != list(range(group_size)) or any(len(p.users) != 1 for p in pieces):
+        return None
+    cat = next(iter(pieces[0].users))
+    cat_dim = cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)
+    if op_target(cat.target) is not _ATEN.cat.default or list(cat.args[0]) != pieces or cat_dim not in (1, -2):
+        return None
+    return [split, *pieces, cat]
+
+
+def _column_chain(tensor: fx.Node) -> tuple[fx.Node, list[fx.Node]] | None:
+    """Walking back from the reduce_scatter's or all_reduce's input: (the matmul it reads, the nodes between,
+    matmul side first) when each step leaves the last dimension (the matmul's columns) alone, so that it can
+    be replayed on a slice of the columns: views whose shapes end in that dimension, and a split along
+    another dimension whose pieces, in order, are concatenated along another dimension; each node read only
+    by the next. Else None."""
+    cols = node_val(tensor).shape[-1] if _concrete(node_val(tensor)) else None
     chain: list[fx.Node] = []
     node = tensor
     while True:
         target = op_target(node.target) if node.op == "call_function" else None
-        if target in _MATMULS:
-            return (node, chain[::-1]) if len(node.users) == 1 else None
-        if len(node.users) != 1 and node is not tensor:
+        val = node_val(node)
+        if len(node.users) != 1 or not _concrete(val) or val.shape[-1] != cols:
             return None
+        if target in _MATMULS:
+            return node, chain[::-1]
         if target in _VIEWS:
-            val = node_val(node.args[0])
-            if not _concrete(val) or not val.is_contiguous():
+            shape = node.args[1]
+            if not isinstance(shape, (list, tuple)) or not shape or shape[-1] != cols:
                 return None
             chain.append(node)
             node = node.args[0]
             continue
-        if target is _ATEN.cat.default and (len(node.args) < 2 or node.args[1] == 0):
-            pieces = node.args[0]
+        if target is _ATEN.cat.default:
+            dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+            pieces = list(node.args[0])
             first = pieces[0] if pieces and isinstance(pieces[0], fx.Node) else None
             split = first.args[0] if first is not None and first.target is operator.getitem else None
-            if split is None or op_target(split.target) is not _ATEN.split.Tensor:
-                return None
-            if [p.args for p in pieces] != [(split, i) for i in range(len(pieces))] or len(split.users) != len(pieces) \
-                    or any(len(p.users) != 1 for p in pieces):
+            if dim % val.dim() == val.dim() - 1 or split is None or op_target(split.target) is not _ATEN.split.Tensor:
                 return None
             source = node_val(split.args[0])
-            dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
-            if not _concrete(source) or not source.is_contiguous():
+            split_dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
+            if not _concrete(source) or split_dim % source.dim() == source.dim() - 1 \
+                    or [p.args for p in pieces] != [(split, i) for i in range(len(pieces))] \
+                    or len(split.users) != len(pieces) or any(len(p.users) != 1 for p in pieces):
                 return None
-            dim %= source.dim()
-            if any(s != 1 for s in source.shape[:dim]):
-                return None  # pieces cut after leading dims of size 1 and stacked on dim 0: the same flat order
             chain.extend([node, *pieces, split])
             node = split.args[0]
             continue
@@ -246,7 +279,7 @@ def _reducing_site(node: fx.Node, kind: str, options: DecomposeOptions) -> Matmu
     if node.kwargs or len(users) != 1 or op_target(users[0].target) is not wait_op() \
             or not isinstance(node.args[0], fx.Node):
         return None
-    found = _layout_chain(node.args[0])
+    found = _column_chain(node.args[0])
     if found is None:
         return None
     mm, chain = found
@@ -255,8 +288,6 @@ def _reducing_site(node: fx.Node, kind: str, options: DecomposeOptions) -> Matmu
     _, group_size, _ = collective_kind_and_group(node)
     if not _concrete(y) or not _concrete(t) or y.dim() != 2 or y.numel() != t.numel():
         return None
-    if kind == "matmul_reduce_scatter" and y.shape[0] % group_size:
-        return None  # a rank's block of the product is not whole rows
     weight = node_val(mm.args[1] if op_target(mm.target) is _ATEN.mm.default else mm.args[2])
     if not _concrete(weight) or weight.dim() != 2:
         return None
@@ -310,7 +341,56 @@ def _erase_unread(graph: fx.Graph, nodes) -> None:
             left.remove(n)
 
 
+def _write_sequence_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
+    """A batch-major site: batch entries in ``k`` chunks, each gathered and rearranged as the graph does, its
+    rows one block of the matmuls' rows (outputs joined by one cat along the rows)."""
+    graph = gm.graph
+    by_name = {n.name: n for n in graph.nodes}
+    ag, wait = by_name[site.collective], by_name[site.wait]
+    split, *pieces, cat = [by_name[n] for n in site.chain]
+    x = ag.args[0]
+    batch, seq, k_dim = node_val(x).shape
+    size, group = ag.args[1], ag.args[2]
+    step = batch // k
+    b = FakeNodeBuilder(graph, _mode_of(x))
+    tag = f"{site.collective}_x{k}"
+    with graph.inserting_before(ag):
+        launches = [b.add(_ALL_GATHER, (b.add(_ATEN.slice.Tensor, (x, 0, j * step, (j + 1) * step), f"{tag}_in"),
+                                        size, group), f"{tag}_ag") for j in range(k)]
+    with graph.inserting_before(wait):
+        chunks = []
+        for launch in launches:
+            done = b.add(wait_op(), (launch,), f"{tag}_wait")
+            parts = b.add(_ATEN.split.Tensor, (done, step), f"{tag}_split")
+            items = []
+            for r in range(size):
+                item = graph.create_node("call_function", operator.getitem, (parts, r), name=f"{tag}_piece")
+                item.meta["val"] = parts.meta["val"][r]
+                items.append(item)
+            chunks.append(b.add(_ATEN.cat.default, (items, 1), f"{tag}_seq"))
+        rows = [b.add(_ATEN.view.default, (c, [step * size * seq, k_dim]), f"{tag}_rows") for c in chunks]
+    closure, matmuls, other = _view_closure(cat)
+    for mm, _ in matmuls:
+        with graph.inserting_before(mm):
+            parts = [b.add(op_target(mm.target), (chunk, mm.args[1]) if op_target(mm.target) is _ATEN.mm.default
+                           else (mm.args[0], chunk, mm.args[2]), f"{mm.name}_part", dict(mm.kwargs)) for chunk in rows]
+            out = b.add(_ATEN.cat.default, (parts, 0), f"{mm.name}_out")
+        mm.replace_all_uses_with(out)
+        graph.erase_node(mm)
+    if other:  # the rearranged gathered value rebuilt for its other readers
+        with graph.inserting_before(cat):
+            rebuilt = b.add(_ATEN.cat.default, (chunks, 0), f"{tag}_gathered")
+        cat.replace_all_uses_with(rebuilt)
+    for node in reversed(closure[1:]):
+        if not node.users:
+            graph.erase_node(node)
+    _erase_unread(graph, [cat, *pieces, split, wait, ag])
+
+
 def _write_all_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
+    if site.layout == "batch_major":
+        _write_sequence_gather(gm, site, k)
+        return
     graph = gm.graph
     by_name = {n.name: n for n in graph.nodes}
     ag, wait = by_name[site.collective], by_name[site.wait]
@@ -377,15 +457,33 @@ def _write_reducing(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
                 bias = mm.args[0]
                 bias_j = b.add(_ATEN.slice.Tensor, (bias, node_val(bias).dim() - 1, lo, hi), f"{mm.name}_bias")
                 part = b.add(_ATEN.addmm.default, (bias_j, mm.args[1], w_j), f"{mm.name}_part", dict(mm.kwargs))
-            launch_args = (part, args["reduce_op"], args["group_size"], args["group_name"]) \
-                if site.kind == "matmul_reduce_scatter" else (part, args["reduce_op"], args["group_name"])
+            tensor = _replay_columns(graph, b, chain, {mm: part}, step)
+            launch_args = (tensor, args["reduce_op"], args["group_size"], args["group_name"]) \
+                if site.kind == "matmul_reduce_scatter" else (tensor, args["reduce_op"], args["group_name"])
             launches.append(b.add(_REDUCING[site.kind], launch_args, f"{tag}_launch"))
     with graph.inserting_before(wait):
         waits = [b.add(wait_op(), (launch,), f"{tag}_wait") for launch in launches]
-        joined = b.add(_ATEN.cat.default, (waits, 1), f"{tag}_cat")
-        out = b.add(_ATEN.view.default, (joined, list(node_val(wait).shape)), f"{tag}_out")
+        out = b.add(_ATEN.cat.default, (waits, -1), f"{tag}_cat")
     wait.replace_all_uses_with(out)
     _erase_unread(graph, [wait, rs, *chain, mm])
+
+
+def _replay_columns(graph: fx.Graph, b: FakeNodeBuilder, chain: list[fx.Node], env: dict, cols: int) -> fx.Node:
+    """The column chain (`_column_chain`) written again on a slice of ``cols`` columns (``env``: the matmul ->
+    the slice's product); returns the slice's collective input."""
+    last = next(iter(env.values()))
+    for node in chain:
+        target = op_target(node.target) if node.op == "call_function" else node.target
+        if target in _VIEWS:
+            new = b.add(target, (env[node.args[0]], list(node.args[1][:-1]) + [cols]), f"{node.name}_cols")
+        elif node.target is operator.getitem:
+            new = graph.create_node("call_function", operator.getitem, (env[node.args[0]], node.args[1]),
+                                    name=f"{node.name}_cols")
+            new.meta["val"] = env[node.args[0]].meta["val"][node.args[1]]
+        else:
+            new = b.add(target, fx.map_arg(node.args, lambda n: env[n]), f"{node.name}_cols", dict(node.kwargs))
+        env[node] = last = new
+    return last
 
 
 def apply_decomposition(gm: fx.GraphModule, plan: DecomposePlan,

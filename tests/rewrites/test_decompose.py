@@ -14,7 +14,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from solvercast import optimize
 from solvercast.errors import RewriteError
-from solvercast.graph.local_run import random_inputs, run_local
+from solvercast.graph.local_run import random_inputs, run_local, run_ranks
 from solvercast.models import build, fake_group
 from solvercast.rewrites.decompose import DecomposeOptions, DecomposePlan, apply_decomposition, matmul_sites
 
@@ -104,11 +104,52 @@ def test_a_matmul_all_reduced_is_a_site():
     assert site.kind == "matmul_all_reduce" and site.degrees == (2, 4, 8)
 
 
-def test_a_split_after_a_dimension_larger_than_one_is_refused():
-    """With batch 2 the split along the sequence and the cat along dim 0 reorder rows: not provably whole
-    row blocks of the product, so no site."""
-    assert matmul_sites(_matmul_scatter("split_cat", batch=2)) == []
-    assert len(matmul_sites(_matmul_scatter("view", batch=2))) == 1
+def test_a_sequence_scatter_at_batch_two_is_a_site_and_keeps_every_rank_s_values():
+    """At batch 2 DTensor's split along the sequence and cat along dim 0 reorder the product's rows; the
+    split leaves the columns alone, so each column slice is laid out the same way again and scattered."""
+    gm = _matmul_scatter("split_cat", batch=2)
+    (site,) = matmul_sites(gm)
+    assert site.kind == "matmul_reduce_scatter" and len(site.chain) == RANKS + 3  # view, split, pieces, cat
+    out = apply_decomposition(gm, DecomposePlan.of({site.collective: 4}))
+    rank_args = [random_inputs(gm, seed=r) for r in range(RANKS)]
+    for a, b in zip(run_ranks(gm, rank_args), run_ranks(out, rank_args)):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_column_dimension_that_a_view_merges_is_refused():
+    group = fake_group(RANKS, tag="dc4")
+
+    def step(a, w):
+        return C10D.wait_tensor(C10D.reduce_scatter_tensor((a @ w).view(-1), "sum", RANKS, group))
+
+    assert matmul_sites(make_fx(step, tracing_mode="fake")(torch.empty(32, 16), torch.empty(16, 24))) == []
+
+
+def _sequence_gather(batch: int = 2):
+    """DTensor's gather along the sequence at batch > 1: all_gather (ranks * B, S, K) -> split into ranks'
+    blocks -> cat along the sequence -> rows (B * ranks * S, K) -> two matmuls; the gathered value also
+    returned (saved for a backward)."""
+    group = fake_group(RANKS, tag="dc4")
+
+    def step(x, w1, w2):
+        g = C10D.wait_tensor(C10D.all_gather_into_tensor(x, RANKS, group))
+        seq = torch.cat(g.split(batch), 1)
+        rows = seq.view(-1, 16)
+        return rows @ w1, rows @ w2, seq
+
+    return make_fx(step, tracing_mode="fake")(torch.empty(batch, 8, 16), torch.empty(16, 24), torch.empty(16, 12))
+
+
+@pytest.mark.parametrize("degree", [2, 4])
+def test_a_sequence_gather_at_batch_four_splits_by_batch_entries(degree):
+    gm = _sequence_gather(batch=4)
+    (site,) = matmul_sites(gm)
+    assert site.layout == "batch_major" and site.degrees == (2, 4) and len(site.matmuls) == 2
+    out = apply_decomposition(gm, DecomposePlan.of({site.collective: degree}))
+    rank_args = [random_inputs(gm, seed=r) for r in range(RANKS)]
+    for a, b in zip(run_ranks(gm, rank_args), run_ranks(out, rank_args)):
+        for x, y in zip(a, b):
+            torch.testing.assert_close(x, y)
 
 
 @pytest.mark.parametrize("degree", [2, 4, 8])
@@ -192,8 +233,6 @@ def test_tp_block_forward_sites_values_and_gain():
 def test_llama_tp_backward_split_keeps_every_rank_s_gradients():
     """The backward graph's all_gathers (of the incoming gradient, read as rows by the grad-input matmuls) split
     in two and four: every rank's gradients are the original's (run_ranks: each rank its own inputs)."""
-    from solvercast.graph.local_run import run_ranks
-
     gm = build("llama_tp", layers=1, world_size=4, backward=1)
     sites = matmul_sites(gm)
     assert sites and {s.kind for s in sites} == {"all_gather_matmul"}
