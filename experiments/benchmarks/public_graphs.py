@@ -547,7 +547,7 @@ def _bucket_note(g: str, r: dict) -> str:
     rep, predicted = r["report"], r.get("solvercast_predicted")
     return (f"- {g}: solvercast {rep.method} ({rep.solver or '-'}, {rep.solver_status or '-'}), best bound of "
             f"its graph {rep.best_bound / 1e6:.3f} ms (gap {rep.gap:.1%}); collective order {rep.collective_order}; "
-            f"buckets: {rep.buckets}"
+            f"decomposition: {rep.decomposition}; buckets: {rep.buckets}"
             + (f"; its own prediction {_ms(predicted.makespan)} ms" if predicted else "")
             + (f"; PyTorch: {r['torch_error']}" if "torch_error" in r else ""))
 
@@ -556,8 +556,10 @@ def _main_bucketing(graphs: list[str], args) -> int:
     print("Bucketing on for both. PyTorch: `schedule_overlap_bucketing` as autoparallel's run.py calls it "
           "(FSDP pre-bucketing and overlap-preserving bucketing, its default caps), its memory limit 1.0 x its own "
           "estimator's baseline, every node priced in the benchmark's costs (`table_prices`: the tables for the "
-          "collectives they match, bucket sizes included, else solvercast's H100 model). solvercast: `optimize` with "
-          "its defaults (buckets chosen with the schedule, `solvercast.pipeline.buckets`; the collective order "
+          "collectives they match, bucket sizes included, else solvercast's H100 model; run.py does not turn on "
+          "Inductor's micro-pipeline tensor parallelism, PyTorch's collective-matmul fusion). solvercast: `optimize` "
+          "with its defaults (collective-matmul decomposition and buckets chosen with the schedule, "
+          "`solvercast.pipeline.decompose` and `solvercast.pipeline.buckets`; the collective order "
           f"`{args.collective_order}`: auto is per process group here, every rank reading one table, as PyTorch "
           "orders each group's FIFO itself), budget 1.0 x the original graph's peak. Each output graph is extracted in the same costs and its order simulated by `simulate` "
           "(the same judge for both), and by autoparallel's `create_execution_trace` (vendored: "

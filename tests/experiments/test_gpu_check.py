@@ -37,7 +37,8 @@ def test_plan_covers_every_owed_measurement_in_under_8_minutes(tmp_path, capsys)
 
 ENTRIES = ["experiments.fingerprint", "experiments.benchmarks.sweep", "experiments.benchmarks.scale",
            "experiments.benchmarks.fuzz", "experiments.benchmarks.public_graphs", "experiments.benchmarks.autoparallel_trace",
-           "experiments.benchmarks.collective_order", "experiments.benchmarks.pin_kernels", "experiments.benchmarks.zoo_buckets", "experiments.tuning.cpsat", "experiments.tuning.heuristics",
+           "experiments.benchmarks.collective_order", "experiments.benchmarks.pin_kernels", "experiments.benchmarks.zoo_buckets",
+           "experiments.benchmarks.tp_rewrites", "experiments.tuning.cpsat", "experiments.tuning.heuristics",
            "experiments.tuning.fill_idle", "experiments.tuning.exact", "experiments.gpu.gpu_check",
            "experiments.gpu.gpu_overlap", "experiments.gpu.streams", "experiments.gpu.compile_streams",
            "experiments.gpu.calibration"]
