@@ -75,7 +75,7 @@ def optimize(
     sequence-parallel first), or "auto" (the default: on where costs are
     modelled, off with measured costs, which cannot price the chunks' new
     ops beside the measured ones); chunked results are close to the
-    original, not bitwise. Tried before bucketing; not with a list of budgets.
+    original, not bitwise. Tried after bucketing; not with a list of budgets.
     ``preserve_collective_order``: which collectives keep their original
     relative order: True or "global" (all of them: safe even if ranks
     compute different schedules), "group" (those of one process group; safe
@@ -160,8 +160,8 @@ def decompose_options(decomposition: bool | str | DecomposeOptions, cost_model=N
 def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, decompose: DecomposeOptions | None,
                         time_limit: float, memory_budget, method: str, deterministic: bool, started: float, cost_model,
                         progress, tuning: Tuning) -> OptimizeResult:
-    """`optimize` with the rewrites chosen by the heuristics' step under the budget: collective-matmul
-    decomposition (`choose_decomposition`), then buckets (`choose_buckets`) on its graph, each within its share
+    """`optimize` with the rewrites chosen by the heuristics' step under the budget: buckets (`choose_buckets`),
+    then collective-matmul decomposition (`choose_decomposition`) on the bucketed graph, each within its share
     of the time limit; then the chosen graph ordered by ``method``. The report's baseline stays the input
     graph's original order."""
     original = extracted
@@ -176,16 +176,16 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
                     say=say, deadline=float("inf") if deterministic else time.perf_counter() + share * time_limit)
 
     phases, notes = {}, {}
-    split = None
-    if decompose is not None:
-        split = choose_decomposition(gm, extracted, extract, budget, decompose, **limits(plan.decompose_share))
-        gm, extracted = split.gm, split.extracted
-        phases["decomposition"], notes["decomposition"] = round(split.seconds, 4), split.summary()
     choice = None
     if options is not None:
         choice = choose_buckets(gm, extracted, extract, budget, options, **limits(plan.bucket_share))
         gm, extracted = choice.gm, choice.extracted
         phases["buckets"], notes["buckets"] = round(choice.seconds, 4), choice.summary()
+    split = None
+    if decompose is not None:  # judged on the bucketed graph: the step it would otherwise run
+        split = choose_decomposition(gm, extracted, extract, budget, decompose, **limits(plan.decompose_share))
+        gm, extracted = split.gm, split.extracted
+        phases["decomposition"], notes["decomposition"] = round(split.seconds, 4), split.summary()
     res = optimize_extracted(gm, extracted, time_limit, math.inf if budget is None else budget, method,
                              deterministic, started=started, cost_model=cost_model, progress=progress, tuning=tuning)
     report = dataclasses.replace(res.report, phases=res.report.phases | phases, **notes)

@@ -56,8 +56,8 @@ class OptimizeResult:
 
     @property
     def rewritten(self) -> fx.GraphModule | None:
-        """The rewritten graph ``schedule`` orders (decomposed sites, then buckets), or None without rewrites."""
-        for choice in (self.buckets, self.decomposition):
+        """The rewritten graph ``schedule`` orders (buckets, then decomposed sites), or None without rewrites."""
+        for choice in (self.decomposition, self.buckets):
             if choice is not None:
                 return choice.gm
         return None

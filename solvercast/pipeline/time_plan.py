@@ -54,7 +54,7 @@ class TimePlanTuning:
     #: `extract_seconds_per_task`
     bucket_share: float = 0.35
     #: share of the time limit that trying collective-matmul decompositions may spend
-    #: (`solvercast.pipeline.decompose`), counted as `bucket_share` is; it comes before the buckets' share
+    #: (`solvercast.pipeline.decompose`), counted as `bucket_share` is; it follows the bucket search
     decompose_share: float = 0.25
     #: reference microseconds of heuristic work (`heuristics.work.PASS_COST_US`) bought by one second: the
     #: reference costs were measured on a loaded machine, so one second pays for about one million
