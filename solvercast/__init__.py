@@ -24,9 +24,10 @@ from solvercast.ir.simulate import SimResult, simulate, validate
 from solvercast.pipeline.api import OptimizeResult, SolvercastPass, optimize
 from solvercast.pipeline.report import Report
 from solvercast.rewrites.bucketing import BucketOptions
+from solvercast.rewrites.decompose import DecomposeOptions
 
 __all__ = [
-    "BucketOptions", "Bounds", "Buffer", "DeviceProfile", "ExtractionError", "InfeasibleBudgetError", "InvalidProblemError",
+    "BucketOptions", "Bounds", "Buffer", "DecomposeOptions", "DeviceProfile", "ExtractionError", "InfeasibleBudgetError", "InvalidProblemError",
     "InvalidScheduleError", "Machine", "OptimizeResult", "Problem", "Report", "Role", "Schedule", "SimResult",
     "SolvercastError", "SolvercastPass", "Task", "calibrate", "extract_problem", "get_profile", "lower",
     "lower_bounds", "optimize", "simulate", "validate",

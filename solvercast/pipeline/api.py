@@ -162,8 +162,8 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
                         progress, tuning: Tuning) -> OptimizeResult:
     """`optimize` with the rewrites chosen by the heuristics' step under the budget: buckets (`choose_buckets`),
     then collective-matmul decomposition (`choose_decomposition`) on the bucketed graph, each within its share
-    of the time limit; then the chosen graph ordered by ``method``. The report's baseline stays the input
-    graph's original order."""
+    of the time limit; then the chosen graph ordered by ``method`` (with a split, the graph without it too, the
+    shorter kept). The report's baseline stays the input graph's original order."""
     original = extracted
     baseline = extracted.baseline
     budget = resolve_budget(memory_budget, lambda: baseline.peak_memory, default=baseline.peak_memory)
@@ -184,10 +184,25 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
     split = None
     if decompose is not None:  # judged on the bucketed graph: the step it would otherwise run
         split = choose_decomposition(gm, extracted, extract, budget, decompose, **limits(plan.decompose_share))
-        gm, extracted = split.gm, split.extracted
         phases["decomposition"], notes["decomposition"] = round(split.seconds, 4), split.summary()
-    res = optimize_extracted(gm, extracted, time_limit, math.inf if budget is None else budget, method,
-                             deterministic, started=started, cost_model=cost_model, progress=progress, tuning=tuning)
+
+    def solve(graph, ex, limit: float) -> OptimizeResult:
+        return optimize_extracted(graph, ex, limit, math.inf if budget is None else budget, method, deterministic,
+                                  started=started, cost_model=cost_model, progress=progress, tuning=tuning)
+
+    if split is not None and split.rewritten:
+        # the split was judged by the heuristics; the solver may order the graph without it better (it did on
+        # fsdp_tp's backward): both are solved, each in half the time left, and the shorter kept
+        elapsed = time.perf_counter() - started
+        res = solve(split.gm, split.extracted, elapsed + max(0.0, time_limit - elapsed) / 2)
+        plain = solve(gm, extracted, time_limit)
+        if plain.optimized is not None and (res.optimized is None or plain.optimized.makespan <= res.optimized.makespan):
+            notes["decomposition"] = (
+                f"declined once solved: {_step_us(plain)} without it against {_step_us(res)} with it "
+                f"({split.plan.describe(split.sites)}{', sequence parallel' if split.sequence_parallel else ''})")
+            res, split = plain, None
+    else:
+        res = solve(gm, extracted, time_limit)
     report = dataclasses.replace(res.report, phases=res.report.phases | phases, **notes)
     buckets = choice if choice is not None and choice.plan.buckets else None
     split = split if split is not None and split.rewritten else None
@@ -198,6 +213,10 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
         baseline_peak_memory=baseline.peak_memory, memory_budget=budget)
     return dataclasses.replace(res, report=report, baseline=baseline, baseline_problem=original.problem,
                                buckets=buckets, decomposition=split)
+
+
+def _step_us(res: OptimizeResult) -> str:
+    return "no schedule" if res.optimized is None else f"{res.optimized.makespan / 1e3:,.1f} us"
 
 
 def _optimize_budgets(gm, budgets, time_limit: float, **options) -> OptimizeResult:

@@ -105,7 +105,8 @@ class MatmulSite:
     signature: tuple
     comm_bytes: int  # this rank's input to the collective
     # all_gather: how the gathered rows are read: "rank_major" (the buffer as it is) or "batch_major" (DTensor's
-    # sequence gather at batch > 1: split into ranks' blocks, concatenated along the sequence)
+    # sequence gather at batch > 1: split into ranks' blocks, concatenated along the sequence); reducing:
+    # "flat" (the chain re-reads the product in its own order) or "columns" (the chain replayed per slice)
     layout: str = "rank_major"
 
 
@@ -273,6 +274,25 @@ def _column_chain(tensor: fx.Node) -> tuple[fx.Node, list[fx.Node]] | None:
         return None
 
 
+def _keeps_flat_layout(chain: list[fx.Node]) -> bool:
+    """Whether a column chain reads the product's buffer in its own flat order: views of contiguous values,
+    and splits after leading dimensions of size 1 whose pieces are concatenated on dim 0."""
+    for node in chain:
+        target = op_target(node.target) if node.op == "call_function" else None
+        if target is _ATEN.split.Tensor:
+            source = node_val(node.args[0])
+            dim = (node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)) % source.dim()
+            if not source.is_contiguous() or any(d != 1 for d in source.shape[:dim]):
+                return False
+        elif target is _ATEN.cat.default:
+            if (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) != 0:
+                return False
+        elif target in _VIEWS:
+            if not node_val(node.args[0]).is_contiguous():
+                return False
+    return True
+
+
 def _reducing_site(node: fx.Node, kind: str, options: DecomposeOptions) -> MatmulSite | None:
     """A matmul -> reduce_scatter or matmul -> all_reduce site at collective ``node``, or None."""
     users = list(node.users)
@@ -299,10 +319,13 @@ def _reducing_site(node: fx.Node, kind: str, options: DecomposeOptions) -> Matmu
     if not degrees or not _one_fake_mode(list(mm.args) + [node.args[0]]):
         return None
     args = bound_args(node, _REDUCING[kind])
+    # "flat": the chain only re-reads the product's buffer in its own order, each rank's block whole rows, so a
+    # column slice's product can be reduced as it is
+    flat = _keeps_flat_layout(chain) and (kind == "matmul_all_reduce" or y.shape[0] % group_size == 0)
     signature = (kind, tuple(y.shape), tuple(weight.shape), y.dtype, str(args["reduce_op"]),
                  str(args["group_name"]), group_size)
     return MatmulSite(node.name, users[0].name, kind, (mm.name,), tuple(n.name for n in chain),
-                      degrees, signature, t.numel() * t.element_size())
+                      degrees, signature, t.numel() * t.element_size(), "flat" if flat else "columns")
 
 
 def matmul_sites(gm: fx.GraphModule, options: DecomposeOptions = DecomposeOptions()) -> list[MatmulSite]:
@@ -457,13 +480,16 @@ def _write_reducing(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
                 bias = mm.args[0]
                 bias_j = b.add(_ATEN.slice.Tensor, (bias, node_val(bias).dim() - 1, lo, hi), f"{mm.name}_bias")
                 part = b.add(_ATEN.addmm.default, (bias_j, mm.args[1], w_j), f"{mm.name}_part", dict(mm.kwargs))
-            tensor = _replay_columns(graph, b, chain, {mm: part}, step)
+            # a chain that keeps the flat layout with whole rows per rank is left out (no copy); else replayed
+            tensor = part if site.layout == "flat" else _replay_columns(graph, b, chain, {mm: part}, step)
             launch_args = (tensor, args["reduce_op"], args["group_size"], args["group_name"]) \
                 if site.kind == "matmul_reduce_scatter" else (tensor, args["reduce_op"], args["group_name"])
             launches.append(b.add(_REDUCING[site.kind], launch_args, f"{tag}_launch"))
     with graph.inserting_before(wait):
         waits = [b.add(wait_op(), (launch,), f"{tag}_wait") for launch in launches]
         out = b.add(_ATEN.cat.default, (waits, -1), f"{tag}_cat")
+        if site.layout == "flat":
+            out = b.add(_ATEN.view.default, (out, list(node_val(wait).shape)), f"{tag}_out")
     wait.replace_all_uses_with(out)
     _erase_unread(graph, [wait, rs, *chain, mm])
 
