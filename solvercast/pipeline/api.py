@@ -203,7 +203,8 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
             res, split = plain, None
     else:
         res = solve(gm, extracted, time_limit)
-    report = dataclasses.replace(res.report, phases=res.report.phases | phases, **notes)
+    # (the split graph's solve ran to half the time left: the call's limit is the caller's)
+    report = dataclasses.replace(res.report, phases=res.report.phases | phases, time_limit=time_limit, **notes)
     buckets = choice if choice is not None and choice.plan.buckets else None
     split = split if split is not None and split.rewritten else None
     if buckets is None and split is None:

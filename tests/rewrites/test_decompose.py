@@ -243,3 +243,10 @@ def test_llama_tp_backward_split_keeps_every_rank_s_gradients():
         for exp_rank, got_rank in zip(expected, got):
             for a, b in zip(exp_rank, got_rank):
                 assert (a is None and b is None) or torch.equal(a, b)
+
+
+def test_the_report_of_a_split_names_the_caller_s_time_limit():
+    """With a split, the split graph is solved in half the time left; the report still gives the call's limit."""
+    res = optimize(_llama_8b_dims(8192), time_limit=7)
+    assert res.decomposition is not None and res.report.time_limit == 7
+    assert "(limit 7 s)" in str(res.report)
