@@ -1,5 +1,5 @@
-"""Collective-matmul decomposition: an all_gather feeding matmuls, or a matmul feeding a reduce_scatter,
-split into ``k`` chunks, so that one chunk's communication can run beside another chunk's matmul.
+"""Collective-matmul decomposition: an all_gather feeding matmuls, or a matmul feeding a reduce_scatter or
+all_reduce, split into ``k`` chunks, so that one chunk's communication can run beside another chunk's matmul.
 
 A tensor-parallel chain (all_gather -> matmul, matmul -> reduce_scatter) leaves nothing to run beside its
 collectives, so reordering gains nothing there; chunking does, at the price of ``k`` launches (each pays
@@ -16,13 +16,18 @@ and how it is written:
     buffer is contiguous, rank-major, so ``A`` is it read as ``(ranks * R, K)`` rows). Written with
     degree ``k``: ``x``'s rows cut into ``k`` contiguous chunks, each gathered on its own; each matmul
     run per chunk and the chunks' rows stacked back into rank-major order (``stack(dim=1)``: one copy);
-    readers of the gathered value other than those matmuls read it rebuilt the same way.
-  - ``matmul_reduce_scatter``: ``mm(a, W)`` / ``addmm(b, a, W)`` (``M x N``) whose only reader leads,
-    through views or a split along a dimension after leading ones of size 1 and a cat in order along
-    dimension 0 (both keep the flat layout), to a functional reduce_scatter with one wait. Written with
-    degree ``k``: ``W``'s columns cut into ``k`` slices, each product reduce-scattered on its own (a
-    rank's block is whole rows, ``M / ranks`` of them, so every slice's blocks are the same rows), the
-    results concatenated along the columns.
+    readers of the gathered value other than those matmuls read it rebuilt the same way. DTensor's
+    sequence gather at batch ``B`` > 1 (the gathered ``(ranks * B, S, K)`` split into the ranks' blocks
+    and concatenated along the sequence: rows read ``(batch, rank, position)``) is split by batch entries
+    instead, each chunk gathered and rearranged as the graph does, its rows one block of the matmul's.
+    An addmm's bias must be shared by every row.
+  - ``matmul_reduce_scatter``: ``mm(a, W)`` / ``addmm(b, a, W)`` (``M x N``) whose only reader leads to a
+    functional reduce_scatter with one wait through nodes that leave the columns alone (views ending in
+    ``N``; a split along another dimension whose pieces are concatenated in order along another one).
+    Written with degree ``k``: ``W``'s columns cut into ``k`` slices, each product laid out by the same
+    chain again and reduce-scattered on its own, the results concatenated along the columns. Where the
+    chain re-reads the product in its own flat order with whole rows per rank ("flat": views, DTensor's
+    split/cat at batch 1) it is left out.
   - ``matmul_all_reduce``: the same with an all_reduce (a plain tensor-parallel block's row-parallel
     matmul): each column slice's product all-reduced on its own, the results concatenated.
 
