@@ -160,10 +160,22 @@ def _row_broadcast_bias(bias) -> bool:
     return not isinstance(val, torch.Tensor) or val.dim() < 2 or val.shape[0] == 1
 
 
-def _view_closure(root: fx.Node) -> tuple[list[fx.Node], list[tuple[fx.Node, fx.Node]], bool]:
-    """The nodes that read ``root``'s buffer through views only (``root`` first), the (matmul, operand)
-    pairs among their readers (the operand read as the rows ``A``), and whether anything else reads them."""
-    nodes, matmuls, other = [root], [], False
+def _transposed(node: fx.Node) -> bool:
+    """``node`` is a 2-D transpose (``permute(x, [1, 0])``, ``t``, ``transpose(x, 0, 1)``)."""
+    target = op_target(node.target) if node.op == "call_function" else None
+    if target is _ATEN.permute.default:
+        return list(node.args[1]) == [1, 0]
+    if target is _ATEN.t.default:
+        return True
+    return target is _ATEN.transpose.int and sorted(a % 2 for a in node.args[1:3]) == [0, 1]
+
+
+def _view_closure(root: fx.Node, rows: int | None = None):
+    """The nodes that read ``root``'s buffer through views only (``root`` first); the (matmul, operand) pairs
+    among their readers (the operand read as the rows ``A``); with ``rows``, the matmuls that reduce over
+    those rows (a weight's gradient: ``mm(t(Y), A)`` or ``mm(t(A), Z)`` with ``Y``, ``Z`` of ``rows`` rows), as
+    (matmul, "t_other" | "t_rows", the other operand, the transpose); and whether anything else reads them."""
+    nodes, matmuls, reducers, other = [root], [], [], False
     i = 0
     while i < len(nodes):
         node = nodes[i]
@@ -177,9 +189,38 @@ def _view_closure(root: fx.Node) -> tuple[list[fx.Node], list[tuple[fx.Node, fx.
             elif target is _ATEN.addmm.default and user.args[1] is node and node not in (user.args[0], user.args[2]) \
                     and _row_broadcast_bias(user.args[0]):
                 matmuls.append((user, node))
+            elif rows is not None and _reduces_rows(user, node, rows, reducers):
+                pass
             else:
                 other = True
-    return nodes, matmuls, other
+    inside = set(nodes)
+    if any(r[2] in inside for r in reducers):  # a product of the gathered value with itself: read whole
+        other = True
+        reducers = [r for r in reducers if r[2] not in inside]
+    return nodes, matmuls, reducers, other
+
+
+def _reduces_rows(user: fx.Node, node: fx.Node, rows: int, reducers: list) -> bool:
+    """Whether ``user`` reads ``node`` (``rows`` x K) only as a matmul reducing over its rows; appends to
+    ``reducers``."""
+    def two_d_rows(n) -> bool:
+        v = node_val(n) if isinstance(n, fx.Node) else None
+        return _concrete(v) and v.dim() == 2 and v.shape[0] == rows
+
+    if not two_d_rows(node):
+        return False
+    target = op_target(user.target) if user.op == "call_function" else None
+    if target is _ATEN.mm.default and user.args[1] is node and isinstance(user.args[0], fx.Node) \
+            and _transposed(user.args[0]) and two_d_rows(user.args[0].args[0]) and user.args[0].args[0] is not node:
+        reducers.append((user, "t_other", user.args[0].args[0], user.args[0]))
+        return True
+    if _transposed(user) and user.args[0] is node and user.users and all(
+            op_target(m.target) is _ATEN.mm.default and m.args[0] is user and two_d_rows(m.args[1])
+            and m.args[1] is not node for m in user.users):
+        for m in user.users:
+            reducers.append((m, "t_rows", m.args[1], user))
+        return True
+    return False
 
 
 def _all_gather_site(node: fx.Node, options: DecomposeOptions) -> MatmulSite | None:
@@ -194,8 +235,9 @@ def _all_gather_site(node: fx.Node, options: DecomposeOptions) -> MatmulSite | N
     rows = x.numel() // k_dim if k_dim else 0
     batch_major = _sequence_gather(users[0], x, group_size)
     layout = "rank_major" if batch_major is None else "batch_major"
-    _, matmuls, _ = _view_closure(users[0] if batch_major is None else batch_major[-1])
-    if not rows or not matmuls:
+    _, matmuls, reducers, _ = _view_closure(users[0] if batch_major is None else batch_major[-1],
+                                            None if batch_major is None else group_size * rows)
+    if not rows or not (matmuls or reducers):
         return None
     for mm, operand in matmuls:
         a = node_val(operand)
@@ -204,13 +246,15 @@ def _all_gather_site(node: fx.Node, options: DecomposeOptions) -> MatmulSite | N
     # rank-major: any chunk of the local rows; batch-major: whole batch entries, so that each chunk's rows
     # are one block of the matmul's rows
     degrees = _allowed(rows if batch_major is None else x.shape[0], options)
-    if not degrees or not _one_fake_mode([node.args[0]] + [a for mm, _ in matmuls for a in mm.args]):
+    if not degrees or not _one_fake_mode([node.args[0]] + [a for mm, _ in matmuls for a in mm.args]
+                                         + [r[2] for r in reducers]):
         return None
     args = bound_args(node, _ALL_GATHER)
-    outs = tuple(tuple(node_val(mm).shape) for mm, _ in matmuls)
+    outs = tuple(tuple(node_val(mm).shape) for mm, _ in matmuls) + tuple(tuple(node_val(m).shape) for m, *_ in reducers)
     signature = ("all_gather_matmul", layout, tuple(x.shape), outs, x.dtype, str(args["group_name"]), group_size)
     chain = () if batch_major is None else tuple(n.name for n in batch_major)
-    return MatmulSite(node.name, users[0].name, "all_gather_matmul", tuple(mm.name for mm, _ in matmuls), chain,
+    names = tuple(mm.name for mm, _ in matmuls) + tuple(m.name for m, *_ in reducers)
+    return MatmulSite(node.name, users[0].name, "all_gather_matmul", names, chain,
                       degrees, signature, x.numel() * x.element_size(), layout)
 
 
@@ -397,7 +441,7 @@ def _write_sequence_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None
                 items.append(item)
             chunks.append(b.add(_ATEN.cat.default, (items, 1), f"{tag}_seq"))
         rows = [b.add(_ATEN.view.default, (c, [step * size * seq, k_dim]), f"{tag}_rows") for c in chunks]
-    closure, matmuls, other = _view_closure(cat)
+    closure, matmuls, reducers, other = _view_closure(cat, batch * size * seq)
     for mm, _ in matmuls:
         with graph.inserting_before(mm):
             parts = [b.add(op_target(mm.target), (chunk, mm.args[1]) if op_target(mm.target) is _ATEN.mm.default
@@ -405,6 +449,25 @@ def _write_sequence_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None
             out = b.add(_ATEN.cat.default, (parts, 0), f"{mm.name}_out")
         mm.replace_all_uses_with(out)
         graph.erase_node(mm)
+    block = step * size * seq  # each chunk's rows: one block of the full rows
+    transposes = set()
+    for mm, how, other_operand, transpose in reducers:  # sums over the rows: one partial product per chunk
+        with graph.inserting_before(mm):
+            total = None
+            for j, chunk in enumerate(rows):
+                piece = b.add(_ATEN.slice.Tensor, (other_operand, 0, j * block, (j + 1) * block), f"{mm.name}_rows")
+                if how == "t_other":
+                    args = (b.add(_ATEN.permute.default, (piece, [1, 0]), f"{mm.name}_t"), chunk)
+                else:
+                    args = (b.add(_ATEN.permute.default, (chunk, [1, 0]), f"{mm.name}_t"), piece)
+                part = b.add(_ATEN.mm.default, args, f"{mm.name}_part")
+                total = part if total is None else b.add(_ATEN.add.Tensor, (total, part), f"{mm.name}_sum")
+        mm.replace_all_uses_with(total)
+        graph.erase_node(mm)
+        transposes.add(transpose)
+    for transpose in transposes:  # the transposes only the replaced matmuls read
+        if not transpose.users:
+            graph.erase_node(transpose)
     if other:  # the rearranged gathered value rebuilt for its other readers
         with graph.inserting_before(cat):
             rebuilt = b.add(_ATEN.cat.default, (chunks, 0), f"{tag}_gathered")
@@ -436,7 +499,7 @@ def _write_all_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
                                         size, group), f"{tag}_ag") for j in range(k)]
     with graph.inserting_before(wait):
         waits = [b.add(wait_op(), (launch,), f"{tag}_wait") for launch in launches]
-    closure, matmuls, other = _view_closure(wait)
+    closure, matmuls, _, other = _view_closure(wait)
     for mm, _ in matmuls:
         out_cols = node_val(mm).shape[1]
         with graph.inserting_before(mm):

@@ -140,6 +140,36 @@ def _sequence_gather(batch: int = 2):
     return make_fx(step, tracing_mode="fake")(torch.empty(batch, 8, 16), torch.empty(16, 24), torch.empty(16, 12))
 
 
+def _sequence_gather_backward(batch: int = 2):
+    """A backward's use of a gathered activation (rows ``A``, batch-major): the input's gradient ``A @ w``, and
+    two weight gradients that sum over the rows, ``t(dy) @ A`` and ``t(A) @ dz``."""
+    group = fake_group(RANKS, tag="dc4")
+
+    def step(x, w, dy, dz):
+        g = C10D.wait_tensor(C10D.all_gather_into_tensor(x, RANKS, group))
+        rows = torch.cat(g.split(batch), 1).view(-1, 16)
+        return rows @ w, dy.t() @ rows, rows.t() @ dz
+
+    rows = batch * RANKS * 8
+    return make_fx(step, tracing_mode="fake")(torch.empty(batch, 8, 16), torch.empty(16, 24),
+                                              torch.empty(rows, 12), torch.empty(rows, 20))
+
+
+@pytest.mark.parametrize("degree", [2, 4])
+def test_weight_gradients_over_a_split_gather_sum_the_chunks(degree):
+    """The weight gradients reduce over the gathered rows: each chunk's rows meet the same rows of the other
+    operand and the partial products are summed, so the gathered value need not be rebuilt."""
+    gm = _sequence_gather_backward(batch=4)
+    (site,) = matmul_sites(gm)
+    assert site.layout == "batch_major" and len(site.matmuls) == 3
+    out = apply_decomposition(gm, DecomposePlan.of({site.collective: degree}))
+    assert not any(n.target is torch.ops.aten.cat.default and n.name.endswith("_gathered") for n in out.graph.nodes)
+    rank_args = [random_inputs(gm, seed=r) for r in range(RANKS)]
+    for a, b in zip(run_ranks(gm, rank_args), run_ranks(out, rank_args)):
+        for x, y in zip(a, b):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("degree", [2, 4])
 def test_a_sequence_gather_at_batch_four_splits_by_batch_entries(degree):
     gm = _sequence_gather(batch=4)
