@@ -27,6 +27,16 @@ def names(csv: str) -> set[str]:
     return set(filter(None, csv.split(",")))
 
 
+def chosen(ap: argparse.ArgumentParser, csv: str, known, what: str = "names") -> list[str]:
+    """The names of a comma-separated option in the order written; ``ap.error`` (exit 2) for one not in
+    ``known``."""
+    picked = [n for n in csv.split(",") if n]
+    unknown = [n for n in picked if n not in known]
+    if unknown:
+        ap.error(f"unknown {what} {unknown}; expected some of {', '.join(known)}")
+    return picked
+
+
 def zoo_graphs(spec: str) -> list[tuple[str, dict]]:
     """Zoo graphs as ``(name, build's parameters)`` from ``"tp_mlp layers=8; synthetic tasks=150 seed=1"``:
     entries split by ``;``, each a model name and its integer parameters, in the order written."""

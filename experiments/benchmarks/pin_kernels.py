@@ -31,7 +31,7 @@ import time
 
 import torch
 
-from experiments.common import below_commands, command_line, commit_label
+from experiments.common import below_commands, chosen, command_line, commit_label
 
 DTENSOR = ("llama_tp", "simple_fsdp", "fsdp_tp")
 TRACED = ("tp_mlp", "tp_block", "fsdp_layers")
@@ -97,10 +97,7 @@ def main(argv=None) -> int:
                     help="where the traced models' inputs live (cuda: Triton kernels; the DTensor models build "
                          "on a CPU mesh and stay on CPU)")
     args = ap.parse_args(argv)
-    models = [m for m in args.models.split(",") if m]
-    unknown = [m for m in models if m not in DTENSOR + TRACED]
-    if unknown:
-        ap.error(f"unknown models {unknown}")
+    models = chosen(ap, args.models, DTENSOR + TRACED, "models")
     command = "python -m experiments.benchmarks.pin_kernels " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     print(f"Command: `{command}`; commit {commit_label()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"torch {torch.__version__}, "

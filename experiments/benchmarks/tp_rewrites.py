@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from experiments.common import below_commands, command_line, commit_label
+from experiments.common import below_commands, chosen, command_line, commit_label
 
 LLAMA_8B = dict(dim=4096, heads=32, kv_heads=8, ffn=14336, batch=1, dtype="bfloat16")
 CASES = {
@@ -69,10 +69,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)} (default: all)")
     ap.add_argument("--time-limit", type=float, default=30.0, help="seconds per optimize call (default %(default)g)")
     args = ap.parse_args(argv)
-    cases = [c for c in args.cases.split(",") if c]
-    unknown = [c for c in cases if c not in CASES]
-    if unknown:
-        ap.error(f"unknown cases {unknown}")
+    cases = chosen(ap, args.cases, CASES, "cases")
     command = "python -m experiments.benchmarks.tp_rewrites " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     print("# Collective-matmul decomposition on tensor-parallel graphs\n")
     print(f"Command: `{command}`; commit {commit_label()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "

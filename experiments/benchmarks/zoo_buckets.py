@@ -26,7 +26,7 @@ import torch
 import torch.fx as fx
 
 from experiments.benchmarks.public_graphs import collective_counts
-from experiments.common import below_commands, command_line
+from experiments.common import below_commands, chosen, command_line
 
 CASES = {
     "fsdp_layers": dict(),
@@ -109,10 +109,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     ap.add_argument("--time-limit", type=float, default=10.0, help="solvercast's time limit per model, seconds")
     args = ap.parse_args(argv)
-    names = [m for m in args.models.split(",") if m]
-    unknown = [m for m in names if m not in CASES]
-    if unknown:
-        ap.error(f"unknown models {unknown}; expected some of {', '.join(CASES)}")
+    names = chosen(ap, args.models, CASES, "models")
     command = "python -m experiments.benchmarks.zoo_buckets " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     print("# The zoo's FSDP models with bucketing on: solvercast's buckets against PyTorch's\n")
     print(f"Command: `{command}`; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine "

@@ -5,6 +5,7 @@ be compared with the original's bit for bit, and calibration can time the graph'
 from __future__ import annotations
 
 import torch
+import torch.fx as fx
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
@@ -71,8 +72,6 @@ def run_ranks(gm, rank_args: list[list]) -> list[list]:
     all_gather along dim 0; every collective of the graph is taken to span all ``len(rank_args)`` ranks).
     Each rank's outputs as a flat list. Where `run_local`'s stand-ins only keep one rank's shapes, this keeps
     the values a rewrite that moves data between ranks (sequence parallelism) must keep."""
-    import torch.fx as fx
-
     ranks = len(rank_args)
     envs: list[dict] = [{} for _ in range(ranks)]
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]

@@ -183,14 +183,15 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
         phases["buckets"], notes["buckets"] = round(choice.seconds, 4), choice.summary()
     split = None
     if decompose is not None:  # judged on the bucketed graph: the step it would otherwise run
-        split = choose_decomposition(gm, extracted, extract, budget, decompose, **limits(plan.decompose_share))
-        phases["decomposition"], notes["decomposition"] = round(split.seconds, 4), split.summary()
+        found = choose_decomposition(gm, extracted, extract, budget, decompose, **limits(plan.decompose_share))
+        phases["decomposition"], notes["decomposition"] = round(found.seconds, 4), found.summary()
+        split = found if found.rewritten else None
 
     def solve(graph, ex, limit: float) -> OptimizeResult:
         return optimize_extracted(graph, ex, limit, math.inf if budget is None else budget, method, deterministic,
                                   started=started, cost_model=cost_model, progress=progress, tuning=tuning)
 
-    if split is not None and split.rewritten:
+    if split is not None:
         # the split was judged by the heuristics; the solver may order the graph without it better (it did on
         # fsdp_tp's backward): both are solved, each in half the time left, and the shorter kept
         elapsed = time.perf_counter() - started
@@ -206,7 +207,6 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
     # (the split graph's solve ran to half the time left: the call's limit is the caller's)
     report = dataclasses.replace(res.report, phases=res.report.phases | phases, time_limit=time_limit, **notes)
     buckets = choice if choice is not None and choice.plan.buckets else None
-    split = split if split is not None and split.rewritten else None
     if buckets is None and split is None:
         return dataclasses.replace(res, report=report)
     report = dataclasses.replace(

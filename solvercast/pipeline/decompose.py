@@ -68,9 +68,9 @@ def choose_decomposition(gm: fx.GraphModule, undecomposed, extract: Callable, bu
     equal share of the work."""
     started = time.perf_counter()
     judge = PlanJudge(budget, work_limit, extract_work_per_task)
-    starts = [((), gm, undecomposed)]
     reduced = _sp_group(gm) if options.sequence_parallel else []
     sites = {s.collective: s for s in matmul_sites(gm, options)}
+    starts = [((), gm, undecomposed, sites)]
     if not sites and not reduced:
         return DecomposeChoice(DecomposePlan(), gm, undecomposed, sites, None, None,
                                seconds=time.perf_counter() - started)
@@ -78,10 +78,11 @@ def choose_decomposition(gm: fx.GraphModule, undecomposed, extract: Callable, bu
     best = DecomposeChoice(DecomposePlan(), gm, undecomposed, sites, base_step, base_step)
     if reduced:
         sp_gm = apply_sequence_parallel(gm, reduced)
-        starts.append((tuple(s.collective for s in reduced), sp_gm, extract(sp_gm)))
-    for n, (sp, start_gm, start_extracted) in enumerate(starts):
+        starts.append((tuple(s.collective for s in reduced), sp_gm, extract(sp_gm),
+                       {s.collective: s for s in matmul_sites(sp_gm, options)}))
+    for n, (sp, start_gm, start_extracted, start_sites) in enumerate(starts):
         limit = None if work_limit is None else judge.spent + (work_limit - judge.spent) / (len(starts) - n)
-        _search(best, sp, start_gm, start_extracted, options, judge, extract, say, limit, deadline)
+        _search(best, sp, start_gm, start_extracted, start_sites, options, judge, extract, say, limit, deadline)
     best.seconds = time.perf_counter() - started
     return best
 
@@ -97,17 +98,16 @@ def _sp_group(gm: fx.GraphModule) -> list[SPSite]:
     return max(by_key.values(), key=len) if by_key else []
 
 
-def _search(best: DecomposeChoice, sp: tuple, gm: fx.GraphModule, extracted, options: DecomposeOptions,
-            judge: PlanJudge, extract: Callable, say: Callable[[str], None], limit: float | None,
-            deadline: float) -> None:
-    """Degrees for ``gm``'s sites (signatures in turn, most bytes first, each an equal share of the work up to
-    ``limit``), ``best`` updated in place with any plan shorter than it."""
-    sites = {s.collective: s for s in matmul_sites(gm, options)}
+def _search(best: DecomposeChoice, sp: tuple, gm: fx.GraphModule, extracted, sites: dict[str, MatmulSite],
+            options: DecomposeOptions, judge: PlanJudge, extract: Callable, say: Callable[[str], None],
+            limit: float | None, deadline: float) -> None:
+    """Degrees for ``gm``'s ``sites`` (signatures in turn, most bytes first, each an equal share of the work up
+    to ``limit``), ``best`` updated in place with any plan shorter than it."""
     groups: dict[tuple, list[MatmulSite]] = {}
-    for s in sites.values():
+    for s in sites.values():  # in graph order: a group's first site is its earliest
         groups.setdefault(s.signature, []).append(s)
-    order = list(sites)
-    signatures = sorted(groups, key=lambda g: (-sum(s.comm_bytes for s in groups[g]), order.index(groups[g][0].collective)))
+    first = {g: i for i, g in enumerate(groups)}
+    signatures = sorted(groups, key=lambda g: (-sum(s.comm_bytes for s in groups[g]), first[g]))
     prefix = f"sequence parallel ({len(sp)} all_reduces); " if sp else ""
 
     enough = float("inf") if best.original_step is None else best.original_step * (1.0 - options.min_gain)
@@ -122,9 +122,8 @@ def _search(best: DecomposeChoice, sp: tuple, gm: fx.GraphModule, extracted, opt
                 plan, graph, ex, step, sites, sp
         return step
 
-    start_step = judged(DecomposePlan(), gm, extracted) if sp else best.original_step
+    current = judged(DecomposePlan(), gm, extracted) if sp else best.original_step
     chosen: dict[tuple, int] = {}
-    current = start_step
     for n, signature in enumerate(signatures):
         # each signature gets an equal share of the work left
         share = None if limit is None else judge.spent + (limit - judge.spent) / (len(signatures) - n)

@@ -42,12 +42,12 @@ import torch
 import torch.fx as fx
 from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch.utils._pytree import tree_map
 
 from solvercast.errors import RewriteError
 from solvercast.graph.collectives import collective_kind_and_group, wait_op
 from solvercast.graph.fxmeta import bound_args, node_val, op_target
 from solvercast.graph.nodes import NodeKind, classify
+from solvercast.rewrites.fake_nodes import FakeNodeBuilder
 
 __all__ = ["BUCKET_KINDS", "BITWISE_KINDS", "BUCKET_MEMBERS", "BucketOptions", "Site", "BucketPlan", "BucketGraph", "bucket_sites",
            "apply_buckets"]
@@ -315,16 +315,9 @@ class _Writer:
 
     # ---- writing one bucket -----------------------------------------------------------------------
     def _add(self, target, args, name: str, kwargs=None) -> fx.Node:
-        """A call_function node whose meta["val"] is ``target`` run on its arguments' fake values."""
-        node = self.graph.create_node("call_function", target, args, kwargs or {}, name=name)
-
-        def fake(v):
-            return self.mode.from_tensor(v) if isinstance(v, torch.Tensor) and not isinstance(v, FakeTensor) else v
-
-        vals = tree_map(lambda a: fake(a.meta["val"]) if isinstance(a, fx.Node) else a, args)
-        with self.mode:
-            node.meta["val"] = target(*vals, **(kwargs or {}))
-        return node
+        """A call_function node whose meta["val"] is ``target`` run on its arguments' fake values, in the mode of
+        the bucket being written."""
+        return FakeNodeBuilder(self.graph, self.mode).add(target, args, name, kwargs)
 
     def _launch(self, i: int) -> fx.Node:
         self.mode = self._bucket_mode(i)

@@ -125,9 +125,6 @@ class DecomposePlan:
     def of(cls, degrees: dict[str, int]) -> "DecomposePlan":
         return cls(tuple(sorted((n, d) for n, d in degrees.items() if d > 1)))
 
-    def as_dict(self) -> dict[str, int]:
-        return dict(self.degrees)
-
     def describe(self, sites: dict[str, MatmulSite]) -> str:
         """One line: per kind and degree, how many sites."""
         if not self.degrees:
@@ -151,7 +148,7 @@ def _one_fake_mode(nodes) -> bool:
 
 
 def _allowed(n: int, options: DecomposeOptions) -> tuple[int, ...]:
-    return tuple(d for d in DEGREES if d <= options.max_degree and n % d == 0 and n // d >= 1)
+    return tuple(d for d in DEGREES if d <= min(options.max_degree, n) and n % d == 0)
 
 
 def _row_broadcast_bias(bias) -> bool:
@@ -258,6 +255,26 @@ def _all_gather_site(node: fx.Node, options: DecomposeOptions) -> MatmulSite | N
                       degrees, signature, x.numel() * x.element_size(), layout)
 
 
+def _dim(node: fx.Node) -> int:
+    """The ``dim`` argument of a split or cat node (its default where the node leaves it out)."""
+    return bound_args(node, op_target(node.target))["dim"]
+
+
+def _split_pieces(cat: fx.Node) -> tuple[fx.Node, list[fx.Node]] | None:
+    """(split, pieces) when ``cat`` concatenates, in order, every piece of one ``split`` and nothing else, each
+    piece read only by ``cat``; else None."""
+    if op_target(cat.target) is not _ATEN.cat.default:
+        return None
+    pieces = list(cat.args[0])
+    first = pieces[0] if pieces and isinstance(pieces[0], fx.Node) else None
+    split = first.args[0] if first is not None and first.target is operator.getitem else None
+    if split is None or op_target(split.target) is not _ATEN.split.Tensor \
+            or [p.args for p in pieces] != [(split, i) for i in range(len(pieces))] \
+            or len(split.users) != len(pieces) or any(len(p.users) != 1 for p in pieces):
+        return None
+    return split, pieces
+
+
 def _sequence_gather(wait: fx.Node, x, group_size: int) -> list[fx.Node] | None:
     """DTensor's gather along the sequence at batch > 1: the gathered ``(ranks * B, S, K)`` buffer split into
     the ranks' ``(B, S, K)`` blocks (dim 0) and concatenated along dim 1 into ``(B, ranks * S, K)``, whose
@@ -267,18 +284,14 @@ def _sequence_gather(wait: fx.Node, x, group_size: int) -> list[fx.Node] | None:
     if x.dim() != 3 or len(users) != 1 or op_target(users[0].target) is not _ATEN.split.Tensor:
         return None
     split = users[0]
-    dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
-    if split.args[1] != x.shape[0] or dim != 0:
-        return None
-    pieces = sorted(split.users, key=lambda p: p.args[1] if p.target is operator.getitem else -1)
-    if len(pieces) != group_size or any(p.target is not operator.getitem for p in pieces) \
-            or [p.args[1] for p in pieces] != list(range(group_size)) or any(len(p.users) != 1 for p in pieces):
+    pieces = list(split.users)
+    if split.args[1] != x.shape[0] or _dim(split) != 0 or len(pieces) != group_size or len(pieces[0].users) != 1:
         return None
     cat = next(iter(pieces[0].users))
-    cat_dim = cat.args[1] if len(cat.args) > 1 else cat.kwargs.get("dim", 0)
-    if op_target(cat.target) is not _ATEN.cat.default or list(cat.args[0]) != pieces or cat_dim not in (1, -2):
+    found = _split_pieces(cat)
+    if found is None or found[0] is not split or _dim(cat) % 3 != 1:
         return None
-    return [split, *pieces, cat]
+    return [split, *found[1], cat]
 
 
 def _column_chain(tensor: fx.Node) -> tuple[fx.Node, list[fx.Node]] | None:
@@ -305,17 +318,12 @@ def _column_chain(tensor: fx.Node) -> tuple[fx.Node, list[fx.Node]] | None:
             node = node.args[0]
             continue
         if target is _ATEN.cat.default:
-            dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
-            pieces = list(node.args[0])
-            first = pieces[0] if pieces and isinstance(pieces[0], fx.Node) else None
-            split = first.args[0] if first is not None and first.target is operator.getitem else None
-            if dim % val.dim() == val.dim() - 1 or split is None or op_target(split.target) is not _ATEN.split.Tensor:
+            found = _split_pieces(node)
+            if found is None or _dim(node) % val.dim() == val.dim() - 1:
                 return None
+            split, pieces = found
             source = node_val(split.args[0])
-            split_dim = split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0)
-            if not _concrete(source) or split_dim % source.dim() == source.dim() - 1 \
-                    or [p.args for p in pieces] != [(split, i) for i in range(len(pieces))] \
-                    or len(split.users) != len(pieces) or any(len(p.users) != 1 for p in pieces):
+            if not _concrete(source) or _dim(split) % source.dim() == source.dim() - 1:
                 return None
             chain.extend([node, *pieces, split])
             node = split.args[0]
@@ -330,11 +338,11 @@ def _keeps_flat_layout(chain: list[fx.Node]) -> bool:
         target = op_target(node.target) if node.op == "call_function" else None
         if target is _ATEN.split.Tensor:
             source = node_val(node.args[0])
-            dim = (node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)) % source.dim()
+            dim = _dim(node) % source.dim()
             if not source.is_contiguous() or any(d != 1 for d in source.shape[:dim]):
                 return False
         elif target is _ATEN.cat.default:
-            if (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) != 0:
+            if _dim(node) != 0:
                 return False
         elif target in _VIEWS:
             if not node_val(node.args[0]).is_contiguous():
@@ -434,11 +442,7 @@ def _write_sequence_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None
         for launch in launches:
             done = b.add(wait_op(), (launch,), f"{tag}_wait")
             parts = b.add(_ATEN.split.Tensor, (done, step), f"{tag}_split")
-            items = []
-            for r in range(size):
-                item = graph.create_node("call_function", operator.getitem, (parts, r), name=f"{tag}_piece")
-                item.meta["val"] = parts.meta["val"][r]
-                items.append(item)
+            items = [b.add(operator.getitem, (parts, r), f"{tag}_piece") for r in range(size)]
             chunks.append(b.add(_ATEN.cat.default, (items, 1), f"{tag}_seq"))
         rows = [b.add(_ATEN.view.default, (c, [step * size * seq, k_dim]), f"{tag}_rows") for c in chunks]
     closure, matmuls, reducers, other = _view_closure(cat, batch * size * seq)
@@ -549,7 +553,7 @@ def _write_reducing(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
                 bias_j = b.add(_ATEN.slice.Tensor, (bias, node_val(bias).dim() - 1, lo, hi), f"{mm.name}_bias")
                 part = b.add(_ATEN.addmm.default, (bias_j, mm.args[1], w_j), f"{mm.name}_part", dict(mm.kwargs))
             # a chain that keeps the flat layout with whole rows per rank is left out (no copy); else replayed
-            tensor = part if site.layout == "flat" else _replay_columns(graph, b, chain, {mm: part}, step)
+            tensor = part if site.layout == "flat" else _replay_columns(b, chain, {mm: part}, step)
             launch_args = (tensor, args["reduce_op"], args["group_size"], args["group_name"]) \
                 if site.kind == "matmul_reduce_scatter" else (tensor, args["reduce_op"], args["group_name"])
             launches.append(b.add(_REDUCING[site.kind], launch_args, f"{tag}_launch"))
@@ -562,7 +566,7 @@ def _write_reducing(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
     _erase_unread(graph, [wait, rs, *chain, mm])
 
 
-def _replay_columns(graph: fx.Graph, b: FakeNodeBuilder, chain: list[fx.Node], env: dict, cols: int) -> fx.Node:
+def _replay_columns(b: FakeNodeBuilder, chain: list[fx.Node], env: dict, cols: int) -> fx.Node:
     """The column chain (`_column_chain`) written again on a slice of ``cols`` columns (``env``: the matmul ->
     the slice's product); returns the slice's collective input."""
     last = next(iter(env.values()))
@@ -570,10 +574,6 @@ def _replay_columns(graph: fx.Graph, b: FakeNodeBuilder, chain: list[fx.Node], e
         target = op_target(node.target) if node.op == "call_function" else node.target
         if target in _VIEWS:
             new = b.add(target, (env[node.args[0]], list(node.args[1][:-1]) + [cols]), f"{node.name}_cols")
-        elif node.target is operator.getitem:
-            new = graph.create_node("call_function", operator.getitem, (env[node.args[0]], node.args[1]),
-                                    name=f"{node.name}_cols")
-            new.meta["val"] = env[node.args[0]].meta["val"][node.args[1]]
         else:
             new = b.add(target, fx.map_arg(node.args, lambda n: env[n]), f"{node.name}_cols", dict(node.kwargs))
         env[node] = last = new

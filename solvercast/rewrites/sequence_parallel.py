@@ -115,7 +115,7 @@ def _row_wise(node: fx.Node, region: set[fx.Node], rows: int) -> bool:
     val = node_val(node)
     if node.target is operator.getitem:
         return node.args[0] in region and _rows_of(val, rows)
-    tensors = [a for a in node.all_input_nodes]
+    tensors = node.all_input_nodes
     if not tensors or not any(a in region for a in tensors):
         return False
     others_ok = all(a in region or _is_row_broadcast(node_val(a), rows) for a in tensors)
@@ -125,8 +125,8 @@ def _row_wise(node: fx.Node, region: set[fx.Node], rows: int) -> bool:
     if target in ROW_WISE:
         return _rows_of(val, rows) or (isinstance(val, tuple) and all(_rows_of(v, rows) for v in val))
     if target in _LAST_DIM_REDUCTIONS:
-        dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
-        keep = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+        args = bound_args(node, target)
+        dims, keep = args.get("dim"), args.get("keepdim", False)
         dims = [dims] if isinstance(dims, int) else list(dims or [])
         return bool(keep) and [d % 2 for d in dims] == [1] and _rows_of(val, rows)
     if target is _LAYER_NORM:
@@ -144,8 +144,8 @@ def _fold(node: fx.Node, waits: dict[fx.Node, SPSite], region: set[fx.Node]) -> 
     a, b = node.args
     for wait, other in ((a, b), (b, a)):
         if wait in waits and isinstance(other, fx.Node) and other not in region and len(wait.users) == 1:
-            if node_val(other) is not None and tuple(node_val(other).shape) == tuple(node_val(wait).shape) \
-                    and node_val(other).dtype == node_val(wait).dtype:
+            r, w = node_val(other), node_val(wait)
+            if isinstance(r, torch.Tensor) and tuple(r.shape) == tuple(w.shape) and r.dtype == w.dtype:
                 return waits[wait]
     return None
 
@@ -157,13 +157,12 @@ class Region:
 
     nodes: list[fx.Node]
     folds: dict[fx.Node, SPSite]
-    rows: int
 
 
 def row_region(gm: fx.GraphModule, sites: list[SPSite]) -> Region:
     """The row-wise region of ``sites`` (all of one group and one row count). Raises `RewriteError` otherwise."""
     if not sites:
-        return Region([], {}, 0)
+        return Region([], {})
     if len({(s.rows, s.group_size, s.group_name) for s in sites}) != 1:
         raise RewriteError("sequence parallelism over sites of different groups or row counts")
     rows = sites[0].rows
@@ -188,12 +187,12 @@ def row_region(gm: fx.GraphModule, sites: list[SPSite]) -> Region:
         if _row_wise(node, region, rows):
             region.add(node)
             order.append(node)
-    return Region(order, folds, rows)
+    return Region(order, folds)
 
 
 class _Writer:
     def __init__(self, gm: fx.GraphModule, sites: list[SPSite], region: Region):
-        self.gm, self.sites, self.region = gm, sites, region
+        self.gm, self.region = gm, region
         self.graph = fx.Graph()
         self.env: dict[fx.Node, fx.Node] = {}  # original node -> its full value in the new graph
         self.shard: dict[fx.Node, fx.Node] = {}  # region node -> its block of rows in the new graph
@@ -259,12 +258,7 @@ class _Writer:
 
         args = fx.map_arg(node.args, arg)
         kwargs = fx.map_arg(node.kwargs, arg)
-        target = node.target
-        if target is operator.getitem:
-            new = self.graph.create_node("call_function", target, args, kwargs, name=f"{node.name}_sp")
-            new.meta["val"] = args[0].meta["val"][args[1]]
-            return new
-        return self.add(target, args, f"{node.name}_sp", dict(kwargs))
+        return self.add(node.target, args, f"{node.name}_sp", dict(kwargs))
 
 
 def apply_sequence_parallel(gm: fx.GraphModule, sites: list[SPSite]) -> fx.GraphModule:
