@@ -17,6 +17,11 @@ Counted in each output code (``run_and_get_code``), forward and backward summed:
 
 * kernels: the kernels Inductor generates (``async_compile.cpp_pybinding`` / ``.cpp`` / ``.triton``
   definitions: one per fused group) plus the extern kernel calls (``extern_kernels.*``: matmuls);
+* fused groups: the scheduler nodes Inductor's fusion leaves that generate code (fused or single pointwise and
+  reduction nodes; extern calls and no-ops not counted), recorded by a post-fusion pass that changes nothing.
+  On a GPU each is one Triton kernel; on CPU the C++ backend writes one kernel per run of such nodes between
+  two flushes (before every extern call), so its kernel count also depends on which nodes end up adjacent,
+  while this count says whether pinning split a fusion;
 * buffers: ``empty_strided*`` allocations (materialized buffers; reused buffers are not counted again);
 * order kept: whether the collectives, waits and matmuls in the code come in the order of the graph
   Inductor was given after the custom pass (for Inductor alone: the traced order).
@@ -60,6 +65,20 @@ def _compile_traced(name: str, solver_pass, device: str = "cpu") -> tuple[list, 
     return _compile_graph_module(build(name, layers=1), solver_pass, device)
 
 
+class _FusedGroups:
+    """Inductor's post-fusion custom pass that changes nothing and counts, per compiled graph, the scheduler nodes
+    that generate a kernel of their own (`SchedulerNode`, `FusedSchedulerNode` and its kinds)."""
+
+    def __init__(self) -> None:
+        self.counts: list[int] = []
+
+    def __call__(self, nodes):
+        from torch._inductor.scheduler import FusedSchedulerNode, SchedulerNode
+
+        self.counts.append(sum(isinstance(n, (SchedulerNode, FusedSchedulerNode)) for n in nodes))
+        return nodes
+
+
 def run(name: str, setting: str, dump: str | None = None, device: str = "cpu") -> dict:
     """One compile of model ``name`` (``setting``: one of `SETTINGS`): counts, order kept, seconds; the
     output codes are written to ``dump/<name>_<setting>_<i>.py`` when ``dump`` is given."""
@@ -68,11 +87,15 @@ def run(name: str, setting: str, dump: str | None = None, device: str = "cpu") -
 
     solver_pass = {"pinned": lambda: SolvercastPass(time_limit=1), "unpinned": lambda: SolvercastPass(time_limit=1, pin=False),
                    "inductor": _unchanged_pass}[setting]()
+    from torch._inductor import config as inductor_config
+
+    fused = _FusedGroups()
     start = time.perf_counter()
-    if name in DTENSOR:
-        graphs, codes = _compile_with_pass(name, solver_pass=solver_pass, layers=1)
-    else:
-        graphs, codes = _compile_traced(name, solver_pass, device)
+    with inductor_config.patch(_post_fusion_custom_pass=fused):
+        if name in DTENSOR:
+            graphs, codes = _compile_with_pass(name, solver_pass=solver_pass, layers=1)
+        else:
+            graphs, codes = _compile_traced(name, solver_pass, device)
     seconds = time.perf_counter() - start
     if dump:
         os.makedirs(dump, exist_ok=True)
@@ -82,7 +105,7 @@ def run(name: str, setting: str, dump: str | None = None, device: str = "cpu") -
     counts = [_code_counts(c) for c in codes]
     total = {k: sum(c[k] for c in counts) for k in counts[0]}
     kept = [_code_kinds(code) == chosen for (_, chosen), code in zip(graphs, codes)]
-    return {"model": name, "setting": setting, "graphs": len(codes), **total, "kept": kept, "seconds": seconds}
+    return {"model": name, "setting": setting, "graphs": len(codes), **total, "fused": sum(fused.counts), "kept": kept, "seconds": seconds}
 
 
 def main(argv=None) -> int:
@@ -102,9 +125,10 @@ def main(argv=None) -> int:
     print(f"Command: `{command}`; commit {commit_label()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"torch {torch.__version__}, "
           f"{torch.cuda.get_device_name() if args.device == 'cuda' else 'CPU'}.\n")
-    print("| model | graphs | kernels pinned / unpinned / Inductor alone | extern calls | buffers pinned / unpinned / "
+    print("| model | graphs | kernels pinned / unpinned / Inductor alone | fused groups pinned / unpinned / "
+          "Inductor alone | extern calls | buffers pinned / unpinned / "
           "Inductor alone | order kept pinned | order kept unpinned | order kept Inductor alone | compile s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name in models:
         rows = {}
         for setting in SETTINGS:
@@ -112,14 +136,14 @@ def main(argv=None) -> int:
                 rows[setting] = run(name, setting, args.dump,
                                     args.device if name in TRACED else "cpu")
             except Exception as e:  # a model that does not compile on this machine: say so, go on
-                print(f"| {name} | {setting}: {type(e).__name__}: {str(e).splitlines()[0][:120]} |||||||", flush=True)
+                print(f"| {name} | {setting}: {type(e).__name__}: {str(e).splitlines()[0][:120]} ||||||||", flush=True)
                 break
         else:
             r = [rows[s] for s in SETTINGS]
             secs = " / ".join(f"{x['seconds']:.0f}" for x in r)
             kept = lambda x: ", ".join("yes" if k else "no" for k in x["kept"])  # noqa: E731
             print(f"| {name} | {r[0]['graphs']} | {' / '.join(str(x['generated']) for x in r)} | "
-                  f"{' / '.join(str(x['extern']) for x in r)} | {' / '.join(str(x['buffers']) for x in r)} | "
+                  f"{' / '.join(str(x['fused']) for x in r)} | {' / '.join(str(x['extern']) for x in r)} | {' / '.join(str(x['buffers']) for x in r)} | "
                   f"{kept(r[0])} | {kept(r[1])} | {kept(r[2])} | {secs} |",
                   flush=True)
     return 0
