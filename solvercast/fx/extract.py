@@ -67,6 +67,13 @@ def _storage_bytes(t: torch.Tensor) -> int:
         return hint_int(t.numel(), fallback=None) * t.element_size()
 
 
+def _through_getitems(node: object, info: dict) -> object:
+    """The value ``node`` takes an element of, through getitems (itself when it is no getitem)."""
+    while isinstance(node, fx.Node) and node in info and info[node].kind is NodeKind.GETITEM and node.args:
+        node = node.args[0]
+    return node
+
+
 def _is_none_item(node: fx.Node, derived: dict) -> bool:
     """A getitem of a container whose value holds None at that index."""
     if classify(node).kind is not NodeKind.GETITEM or len(node.args) < 2 or not isinstance(node.args[0], fx.Node):
@@ -180,6 +187,8 @@ def extract_problem(
                 return derived.values[node]
             if returns_nothing(node):  # make_fx records no value for ops that return None (foreach_add_, ...)
                 return None
+            if node.op == "placeholder" and not node.users:  # an input nothing reads (e.g. an int a repro passes)
+                return None
             if _is_none_item(node, derived.values):  # the None result of a with_effects node
                 return None
             raise ExtractionError(
@@ -270,14 +279,19 @@ def extract_problem(
 
     earlier = set(waits_on_inputs(gm.graph))  # finished when this graph starts (`waits_on_inputs`)
     primary_wait: dict[fx.Node, fx.Node] = {}
+    waited_again: set[fx.Node] = set()  # a wait on a wait's result: its collective is complete already
     for node in task_nodes:
         if info[node].kind is NodeKind.WAIT and node not in earlier:
             coll = collective_behind(node.args[0])
-            if coll is None:
+            source = _through_getitems(node.args[0], info)
+            if coll is not None:
+                primary_wait.setdefault(coll, node)
+            elif source in info and info[source].kind is NodeKind.WAIT:
+                waited_again.add(node)
+            else:
                 raise ExtractionError(
                     f"wait {node.name!r} does not wait on a collective ({node.args[0]}); "
                     "only _c10d_functional collectives have separate waits")
-            primary_wait.setdefault(coll, node)
 
     known_storages: set[tuple[int, str]] = set()
     for node in nodes:
@@ -293,7 +307,7 @@ def extract_problem(
         if op_name is None:
             op_name = op_names[node.target] = str(node.target)
         is_wait = info[node].kind is NodeKind.WAIT
-        if is_wait and node in earlier:  # hands back the input's storage, and waits for nothing here
+        if is_wait and (node in earlier or node in waited_again):  # hands back the input's storage, waits for nothing
             for mine, theirs in zip(storages_of[node], storages_of[node.args[0]]):
                 unite(mine, theirs)
             role = Role.FREE

@@ -22,7 +22,7 @@ from solvercast.errors import UnhintedSizeError
 __all__ = [
     "UNBACKED_SIZE_FALLBACK", "UnhintedSizeError", "hint_int", "tensor_info", "tensor_infos", "node_val",
     "is_tensor_like", "info_bytes", "val_bytes", "input_nodes", "bound_args", "graph_frozen", "once_per_node",
-    "node_infos", "attribute", "remember_values",
+    "node_infos", "attribute", "remember_values", "give_size_hint",
 ]
 
 #: Size used for an unbacked symbolic size that has no hint (Inductor's
@@ -36,9 +36,12 @@ def hint_int(x: Any, fallback: Optional[int]) -> int:
     A SymInt gives the hint recorded on its node. Without one (an unbacked
     size, e.g. the length of a ``nonzero``) the answer depends on the caller:
 
-    * ``fallback=None``: raise `UnhintedSizeError`. Extraction sizes buffers
-      with this: a peak-memory budget checked against a guessed size would
-      be a silent lie, so it asks the user to give hints instead.
+    * ``fallback=None``: the value the user gave its symbols (the shape
+      environment's ``var_to_hint_override``, which ``mark_unbacked(...,
+      hint_override=)`` and `give_size_hint` fill), else raise
+      `UnhintedSizeError`. Extraction sizes buffers with this: a peak-memory
+      budget checked against a guessed size would be a silent lie, so it asks
+      the user to give hints instead.
     * an int: ask the shape environment (``optimization_hint``, older torch
       versions' ``size_hint``) and use ``fallback`` when it has nothing. The
       roofline uses :data:`UNBACKED_SIZE_FALLBACK` (Inductor's choice): a
@@ -59,7 +62,10 @@ def hint_int(x: Any, fallback: Optional[int]) -> int:
         if recorded is not None:
             return int(recorded)
         if fallback is None:
-            raise UnhintedSizeError(f"symbolic size {x} has no hint")
+            given = _given_hint(x)
+            if given is None:
+                raise UnhintedSizeError(f"symbolic size {x} has no hint")
+            return given
         return _shape_env_hint(x, fallback)
     if fallback is None:
         return int(x)
@@ -67,6 +73,32 @@ def hint_int(x: Any, fallback: Optional[int]) -> int:
         return int(x)
     except Exception:
         return fallback
+
+
+def _given_hint(x: torch.SymInt) -> Optional[int]:
+    """``x`` with every symbol replaced by its recorded value or the hint the user gave it (the shape
+    environment's ``var_to_hint_override``); None when a symbol has neither."""
+    try:
+        env, expr = x.node.shape_env, x.node.expr
+        expr = expr.xreplace(env.replacements)
+        backed = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val  # older torch
+        values = {**backed, **getattr(env, "var_to_hint_override", {})}
+        expr = expr.xreplace({s: values[s] for s in expr.free_symbols if s in values})
+        return int(expr) if expr.is_number else None
+    except Exception:  # a SymInt without a shape environment (e.g. a nested int)
+        return None
+
+
+def give_size_hint(size: torch.SymInt, value: int) -> None:
+    """Give an unbacked symbolic size (e.g. a ``_local_scalar_dense`` node's ``meta["val"]``, an all_to_all's
+    split size read from data) the value to plan with. Recorded where torch keeps user hints (the shape
+    environment's ``var_to_hint_override``, as ``mark_unbacked(..., hint_override=)`` does), so extraction
+    and the cost models read it as that size."""
+    if not isinstance(size, torch.SymInt) or not size.node.expr.is_symbol:
+        raise ValueError(f"give_size_hint: {size!r} is not a plain symbolic size (a SymInt of one symbol)")
+    if int(value) < 0:
+        raise ValueError(f"give_size_hint: a size is at least 0, got {value} for {size}")
+    size.node.shape_env.var_to_hint_override[size.node.expr] = int(value)
 
 
 def _shape_env_hint(x: torch.SymInt, fallback: int) -> int:

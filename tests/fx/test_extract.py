@@ -139,6 +139,57 @@ def test_error_shape_that_cannot_be_known():
         extract_problem(gm)
 
 
+def test_an_unbacked_size_the_user_gave_a_value_sizes_its_buffer():
+    """A data-dependent size (an unbacked symbol, as an all_to_all's split sizes read with .item()) has no hint:
+    extraction refuses to guess it; once the user gives it a value (`give_size_hint`, torch's
+    ``var_to_hint_override``), the buffer is sized with that value."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from solvercast.graph.fxmeta import give_size_hint
+
+    gm = tiny_graph()
+    shape_env = ShapeEnv()
+    rows = shape_env.create_unbacked_symint()
+    with FakeTensorMode(shape_env=shape_env):
+        unknown = torch.empty(rows, 8)
+    next(n for n in gm.graph.nodes if n.name == "relu").meta["val"] = unknown
+    with pytest.raises(ExtractionError, match="'relu'.*size cannot be known"):
+        extract_problem(gm)
+    give_size_hint(rows, 6)
+    sizes = {b.name: b.size for b in extract_problem(gm).buffers}
+    assert sizes["relu"] == 6 * 8 * 4
+    with pytest.raises(ValueError, match="not a plain symbolic size"):
+        give_size_hint(rows * 2, 12)
+
+
+def test_a_wait_on_a_waited_value_waits_for_nothing():
+    """wait(wait(all_gather(x))), as autoparallel's DeepSeek-V3 graphs hold: the second wait is free and reads
+    the first; the collective keeps its one wait."""
+    group = fake_group(2)
+
+    def f(x):
+        ag = _c10d.wait_tensor(_c10d.all_gather_into_tensor(x, 2, group))
+        return _c10d.wait_tensor(ag) + 1
+
+    p = extract_problem(make_fx(f, tracing_mode="fake")(torch.randn(4, 8)))
+    ids = {t.name: i for i, t in enumerate(p.tasks)}
+    assert p.tasks[ids["wait_tensor_1"]].role == Role.FREE
+    assert p.wait_of == {ids["all_gather_into_tensor"]: ids["wait_tensor"]}
+    assert ids["wait_tensor"] in p.preds[ids["wait_tensor_1"]]
+    simulate(p, Schedule.original(p))
+
+
+def test_an_input_nothing_reads_needs_no_value():
+    """A repro module may pass ints nobody reads; with no meta['val'] they are skipped, not an error."""
+    gm = tiny_graph()
+    unused = gm.graph.placeholder("unused_int")
+    next(iter(gm.graph.nodes)).prepend(unused)
+    gm.recompile()
+    assert "val" not in unused.meta
+    same_problem(extract_problem(gm), extract_problem(tiny_graph()))
+
+
 def test_freeable_inputs_must_name_inputs():
     with pytest.raises(ExtractionError, match="freeable_inputs names no graph input"):
         extract_problem(tiny_graph(), freeable_inputs=["nope"])
