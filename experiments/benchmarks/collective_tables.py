@@ -71,6 +71,18 @@ def read_table(path: str | Path) -> Table:
     return parse_table(Path(path).read_text())
 
 
+def remap_table(table: Table, mapping: dict[str, str], pg_config: dict) -> Table:
+    """The table's rows under the repro's own group names and sizes: ``mapping`` (a repro's
+    ``get_colls_group_mapping()``) names, for each of its groups, the table group whose rows price it; its size
+    is ``pg_config``'s (run.py's ``_create_estimator``)."""
+    out: Table = {}
+    for repro_group, table_group in mapping.items():
+        for (group, _, kind), times in table.items():
+            if group == table_group:
+                out[(repro_group, pg_config[repro_group]["size"], kind)] = times
+    return out
+
+
 def interpolate_ms(size_to_time: dict[int, float], size_mb: float) -> float:
     """run.py's ``interpolate_time``: milliseconds for ``size_mb`` (its quirks: module docstring)."""
     if not size_to_time:

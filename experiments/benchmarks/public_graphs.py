@@ -67,18 +67,22 @@ from pathlib import Path
 import torch
 import torch.fx as fx
 
-from experiments.benchmarks.collective_tables import TableEstimator, collective_info, read_table
+from experiments.benchmarks.collective_tables import TableEstimator, collective_info, read_table, remap_table
 from experiments.common import below_commands, command_line, commit_label
 from solvercast.models import register_fake_group
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "autoparallel_llama3_8b"
 VENDORED = ("fw_64_1d", "bw_64_2d")
-ALL = tuple(f"{d}_{n}_{m}" for d in ("fw", "bw") for n in (64, 256) for m in ("1d", "2d"))
+LLAMA = tuple(f"{d}_{n}_{m}" for d in ("fw", "bw") for n in (64, 256) for m in ("1d", "2d"))
+#: DeepSeek-V3 16B (MoE, expert parallel over 8 ranks, FSDP over the rest), forward and backward on 64 or 128 GPUs
+DSV3 = tuple(f"dsv3_{d}_{n}" for n in (64, 128) for d in ("fw", "bw"))
+ALL = LLAMA + DSV3
 
 
 def repro_path(graph: str, directory: Path | None = None) -> Path:
-    """The repro module of ``graph`` (e.g. ``fw_64_1d``): in ``directory`` if given, else the vendored copy."""
-    name = f"repro_llama3_8b_{graph}.py"
+    """The repro module of ``graph`` (e.g. ``fw_64_1d``, ``dsv3_fw_64``): in ``directory`` if given, else the
+    vendored copy."""
+    name = f"repro_{graph}.py" if graph in DSV3 else f"repro_llama3_8b_{graph}.py"
     for d in ([directory] if directory else []) + [DATA]:
         for p in (d / name, d / (name + ".xz")):
             if p.exists():
@@ -96,17 +100,76 @@ def table_path(filename: str, directory: Path | None = None) -> Path:
 
 def _import_repro(path: Path, device: str | None = None):
     """Import a repro module from ``path`` (``.py`` or ``.py.xz``) through a temporary file; ``device``: the
-    device its own factory calls name instead of cuda (None: cuda)."""
+    device its own factory calls name instead of cuda (None: cuda). The environment variables a repro sets
+    (its job's trace and cache paths) are put back afterwards."""
     text = lzma.decompress(path.read_bytes()).decode() if path.suffix == ".xz" else path.read_text()
     if device is not None:
         text = text.replace("device(type='cuda', index=0)", f"device(type={device!r})")
-    with tempfile.TemporaryDirectory() as tmp:
-        file = Path(tmp) / "repro_module.py"
-        file.write_text(text)
-        spec = importlib.util.spec_from_file_location(f"_repro_{path.name.split('.')[0]}", file)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+    environment = dict(os.environ)
+    try:
+        with tempfile.TemporaryDirectory() as tmp, _triton_for_import(text):
+            file = Path(tmp) / "repro_module.py"
+            file.write_text(text)
+            spec = importlib.util.spec_from_file_location(f"_repro_{path.name.split('.')[0]}", file)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+    finally:
+        os.environ.clear()
+        os.environ.update(environment)
     return module
+
+
+@contextlib.contextmanager
+def _triton_for_import(text: str):
+    """A stand-in ``triton`` while a repro that imports it is imported, where triton is not installed (CPU
+    builds of torch): the DeepSeek-V3 repros define a user Triton kernel (``@triton.jit``, ``tl.constexpr``
+    annotations) that tracing records by its index in the kernel side table and never runs. Torch's own
+    modules that look for triton are imported first, so that they see none (they cache the answer)."""
+    if "import triton" not in text or importlib.util.find_spec("triton") is not None:
+        yield
+        return
+    import types
+
+    import torch._dynamo.testing  # noqa: F401  (torch._dynamo.utils asks for triton.language.dtype when triton imports)
+    import torch._inductor.inductor_prims  # noqa: F401
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401
+
+    triton, language = types.ModuleType("triton"), types.ModuleType("triton.language")
+    language.constexpr = type("constexpr", (), {})
+    triton.language = language
+    triton.jit = lambda fn=None, **options: fn if fn is not None else (lambda f: f)
+    stand_ins = {"triton": triton, "triton.language": language}
+    sys.modules.update(stand_ins)
+    try:
+        yield
+    finally:
+        for name in stand_ins:
+            sys.modules.pop(name, None)
+
+
+def even_split_hints(gm: fx.GraphModule) -> int:
+    """Give the data-dependent split sizes of ``gm``'s all_to_alls (unbacked symbols read from the routing
+    counts with ``.item()``) the even split: each of a collective's n input and n output splits is its
+    input's rows / n (tokens routed evenly over the ranks). Returns how many sizes were given a value."""
+    from solvercast.graph.fxmeta import give_size_hint, hint_int
+
+    given = 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or "all_to_all_single" not in str(node.target):
+            continue
+        rows = node.args[0].meta["val"].shape[0]
+        try:
+            rows = hint_int(rows, fallback=None)
+        except ValueError:
+            continue  # fed by an earlier all_to_all whose splits are given below, or not at all
+        for splits in node.args[1:3]:
+            for size in splits or ():
+                if isinstance(size, fx.Node):
+                    size = size.meta.get("val")
+                if isinstance(size, torch.SymInt) and size.node.expr.is_symbol and size.node.hint is None:
+                    give_size_hint(size, rows // len(splits))
+                    given += 1
+    return given
 
 
 class FakeReader:
@@ -166,13 +229,21 @@ def loaded_graph(graph: str, directory: Path | None = None, device: str | None =
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    if graph in DSV3:
+        device = "meta"  # flex_attention's fake kernel copies into a fake cuda tensor, which a CPU torch refuses
     path = repro_path(graph, directory)
     module = _import_repro(path, device)
     pg_config = module.get_pg_config()
     table_file = table_path(module.get_colls_estimations_file(), directory)
+    table = read_table(table_file)
+    if hasattr(module, "get_colls_group_mapping"):  # the repro's groups priced by the table's rows, as run.py does
+        table = remap_table(table, module.get_colls_group_mapping(), pg_config)
     with fake_process_groups(pg_config) as world:
         start = time.perf_counter()
-        with FakeTensorMode(allow_non_fake_inputs=False):
+        # a shape environment, so that sizes read from data (MoE routing counts) are symbols, not errors
+        with FakeTensorMode(allow_non_fake_inputs=False, shape_env=ShapeEnv(), static_shapes=True):
             reader = FakeReader(device)
             module.load_args(reader)
         with torch.no_grad():
@@ -180,21 +251,22 @@ def loaded_graph(graph: str, directory: Path | None = None, device: str | None =
         missing = sum(1 for n in gm.graph.nodes if n.op == "call_function" and "val" not in n.meta)
         gm.meta["solvercast"] = {"world_size": world}
         info = dict(path=path, table=table_file.name, pg_config=pg_config, world=world, missing=missing,
-                    nodes=len(gm.graph.nodes), trace_s=time.perf_counter() - start)
-        yield gm, TableEstimator(read_table(table_file)), info
+                    nodes=len(gm.graph.nodes), trace_s=time.perf_counter() - start, even_splits=even_split_hints(gm))
+        yield gm, TableEstimator(table), info
 
 
 def collective_counts(gm: fx.GraphModule) -> str:
-    """``AG/RS/AR`` counts as run.py's ``calculate_stats`` counts them (substring of the target)."""
-    counts = [0, 0, 0]
+    """``AG/RS/AR`` counts as run.py's ``calculate_stats`` counts them (substring of the target), and the
+    all_to_alls where there are any (``+ 78 A2A``)."""
+    counts = [0, 0, 0, 0]
     for n in gm.graph.nodes:
         if n.op == "call_function":
             t = str(n.target)
-            for i, k in enumerate(("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce")):
+            for i, k in enumerate(("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_to_all")):
                 if k in t:
                     counts[i] += 1
                     break
-    return "/".join(map(str, counts))
+    return "/".join(map(str, counts[:3])) + (f" + {counts[3]} A2A" if counts[3] else "")
 
 
 def run_graph(graph: str, directory: Path | None, time_limit: float) -> dict:

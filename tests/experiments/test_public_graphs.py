@@ -95,6 +95,36 @@ def test_vendored_backward_graph_reads_its_tables_and_waits_on_inputs():
     assert len(problem.tasks) > 5000 and result.makespan > 0
 
 
+def test_vendored_deepseek_forward_graph_with_data_dependent_splits_is_read_and_extracted():
+    """DeepSeek-V3's forward (MoE): it imports triton for a user kernel (a stand-in here, where torch has none),
+    its all_to_alls' split sizes are read from routing counts (416 unbacked symbols, given the even split),
+    26 waits wait on a wait, and its groups are priced through the repro's table mapping (EP groups "513",
+    "521" by the table's group "1", FSDP "0" by "0")."""
+    import sys
+
+    from solvercast import simulate
+    from solvercast.fx.extract import extract_problem
+    from solvercast.graph.fxmeta import hint_int
+    from solvercast.ir.schedule import Schedule
+
+    with public_graphs.loaded_graph("dsv3_fw_64") as (gm, table, info):
+        assert "triton" not in sys.modules or hasattr(sys.modules["triton"], "__file__")  # the stand-in is gone
+        assert info["nodes"] == 8161 and info["world"] == 64 and info["table"] == "colls8_8.table"
+        assert public_graphs.collective_counts(gm) == "377/0/0 + 78 A2A"
+        a2a = [n for n in gm.graph.nodes if "all_to_all_single" in str(n.target)]
+        # 26 layers, two all_to_alls each with 8 input and 8 output splits read from data
+        assert info["even_splits"] == 26 * 2 * 16
+        first = a2a[0]
+        rows = first.args[0].meta["val"].shape[0]
+        assert hint_int(first.meta["val"].shape[0], fallback=None) == rows  # 8 even splits in, 8 out
+        problem = extract_problem(gm, cost_fn=table.seconds)
+        assert len(table.matched) == 377 and not table.unmatched
+        result = simulate(problem, Schedule.original(problem))
+        by_name = {t.name: t for t in problem.tasks}
+        assert all(by_name[n.name].duration > 0 for n in a2a)
+    assert len(problem.tasks) > 7000 and result.makespan > 0 and result.peak_memory > 0
+
+
 def test_buckets_of_the_vendored_backward_graph_are_priced_by_the_table_at_their_summed_bytes():
     """The forward graph's FSDP all_gathers (group "0", 8 ranks) merged by solvercast's bucketing: each
     launch priced by the table row at the members' summed input bytes, as the benchmark prices PyTorch's
