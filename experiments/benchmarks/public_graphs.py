@@ -1,4 +1,4 @@
-"""autoparallel's Llama-3 8B training graphs: solvercast against the original order and PyTorch's overlap
+"""autoparallel's public training graphs (Llama-3 8B, DeepSeek-V3 16B): solvercast against the original order and PyTorch's overlap
 scheduler, every schedule judged by `simulate` on the same costs. A markdown table to stdout.
 
     python -m experiments.benchmarks.public_graphs --time-limit 30 > experiments/results/public_graphs.md
@@ -15,7 +15,9 @@ bucketed output graph for both: its order against solvercast reordering it).
 
 The graphs are the FX repro modules of meta-pytorch/autoparallel's overlap simulator
 (``autoparallel/tools/overlap_simulator/repro_llama3_8b_{fw,bw}_{64,256}_{1d,2d}.py``: forward and backward
-steps, 64 or 256 GPUs, 1-D FSDP or 2-D FSDP+TP meshes). Two of them, ``fw_64_1d`` and ``bw_64_2d``, are
+steps, 64 or 256 GPUs, 1-D FSDP or 2-D FSDP+TP meshes) and ``repro_dsv3_{fw,bw}_{64,128}.py`` (DeepSeek-V3
+16B, a mixture of experts: expert parallel over 8 ranks with all_to_alls, FSDP over all; ``--graphs
+dsv3_fw_64`` and so on). Three of them, ``fw_64_1d``, ``bw_64_2d`` and ``dsv3_fw_64``, are
 vendored xz-compressed in ``experiments/data/autoparallel_llama3_8b/`` with the two timing tables and
 autoparallel's license (SOURCE.md names the commit); ``--dir`` reads the others (``repro_*.py`` and
 ``colls*.table``) from a checkout of autoparallel.
@@ -47,6 +49,14 @@ the project had found it within 0.09% of `simulate` on ``fw_256_1d``'s original 
 
 make_fx leaves the getitems of the forward graphs' int outputs without ``meta["val"]``: extraction derives
 them (the report's note counts them).
+
+The DeepSeek-V3 graphs need three more things: they import triton for a user kernel (a stand-in module where
+torch has none: tracing records the kernel, never runs it), they are traced on meta tensors (flex attention's
+fake kernel fails on fake cuda tensors in a CPU torch), and their forward's all_to_all split sizes are read
+from the routing counts (``.item()``: unbacked symbols, 16 per layer). Those sizes are given the even split
+(`even_split_hints`: each of n splits is the input's rows / n, as if tokens were routed evenly), which
+extraction then reads as sizes. all_to_alls have no table rows: solvercast's alpha-beta model prices them
+(run.py falls back to PyTorch's estimate).
 """
 
 from __future__ import annotations
@@ -531,7 +541,7 @@ def add_graph_arguments(ap, time_limit: float) -> None:
     ap.add_argument("--graphs", default=",".join(VENDORED),
                     help=f"comma-separated, of {', '.join(ALL)} (default: the vendored two)")
     ap.add_argument("--dir", type=Path, default=None,
-                    help="folder with autoparallel's repro_llama3_8b_*.py and colls*.table (default: the vendored ones)")
+                    help="folder with autoparallel's repro_*.py and colls*.table (default: the vendored ones)")
     ap.add_argument("--time-limit", type=float, default=time_limit, help="solvercast's time limit per graph, seconds")
 
 
@@ -552,7 +562,7 @@ def run_line() -> str:
 
 
 def main(argv=None) -> int:
-    """How do solvercast and PyTorch's overlap scheduler schedule autoparallel's Llama-3 8B graphs, on the same
+    """How do solvercast and PyTorch's overlap scheduler schedule autoparallel's public graphs, on the same
     costs and judged by the same simulator? A markdown table to stdout (result: experiments/results/public_graphs.md)."""
     ap = command_line("experiments.benchmarks.public_graphs", main.__doc__, below_commands(__doc__))
     add_graph_arguments(ap, 30.0)
@@ -567,7 +577,7 @@ def main(argv=None) -> int:
     graphs = chosen_graphs(ap, args)
 
     command = "python -m experiments.benchmarks.public_graphs " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    print("# autoparallel's Llama-3 8B graphs: solvercast and PyTorch's overlap scheduler\n")
+    print("# autoparallel's public graphs: solvercast and PyTorch's overlap scheduler\n")
     print(f"Command: `{command}` (time limit {args.time_limit:g} s, budget 1.0 x the original peak).\n")
     print(run_line())
     if args.bucketing:
