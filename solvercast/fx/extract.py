@@ -210,7 +210,8 @@ def extract_problem(
             except ValueError as e:
                 raise ExtractionError(
                     f"node {node.name!r} ({node.target}): its size cannot be known ({e}); give the symbolic sizes "
-                    "hints (trace with example inputs) or mark them static") from None
+                    "hints (trace with example inputs, or `solvercast.graph.fxmeta.give_size_hint` for a size "
+                    "read from data) or mark them static") from None
             keys.append(key)
         storages_of[node] = keys
 
