@@ -88,6 +88,28 @@ def test_budget_below_any_schedule_is_proven_infeasible():
         solve_cpsat(p, time_limit=5, memory_budget=lower_bounds(p).memory - 1)
 
 
+def test_a_model_that_finds_its_feasible_warm_start_infeasible_proves_nothing(monkeypatch):
+    """CP-SAT's INFEASIBLE is a proof only when no schedule within the budget is at hand: with a warm start that
+    `simulate` keeps within the budget (a window's model once judged one 380 B over), the warm start is kept and
+    no InfeasibleBudgetError claims a proof; without one, the error stands."""
+    from solvercast.solvers import cpsat
+
+    p = random_problem(3, 6)
+    hint = best_heuristic(p)
+    budget = simulate(p, hint).peak_memory
+    memory_rule = CpsatModel._memory
+
+    def stricter(model):  # a memory rule that no schedule meets
+        memory_rule(model)
+        model.m.AddBoolOr([])
+
+    monkeypatch.setattr(CpsatModel, "_memory", stricter)
+    res = cpsat.solve_model(p, time_limit=1, memory_budget=budget, hint=hint)
+    assert res.status == SolveStatus.HINT_KEPT and res.schedule == hint and res.stats["model_stricter_than_simulate"]
+    with pytest.raises(InfeasibleBudgetError, match="no schedule keeps peak memory"):
+        cpsat.solve_model(p, time_limit=1, memory_budget=budget)
+
+
 def test_without_hint_and_without_time_there_is_no_disguised_answer():
     p = extract_problem(build("fsdp_layers", layers=4))
     res = solve_cpsat(p, time_limit=0.0001, memory_budget=lower_bounds(p).memory + 1)
