@@ -608,7 +608,13 @@ def _table(columns: list[str], graphs: list[str], run, line, note) -> int:
     print("|---" * len(columns) + "|")
     notes = []
     for g in graphs:
-        r = run(g)
+        try:
+            r = run(g)
+        except Exception as e:  # one graph's failure is a row of the table, and the others still run
+            traceback.print_exc()
+            print(f"| {g} | failed: {_failure(e)} |" + " |" * (len(columns) - 2), flush=True)
+            notes.append(f"- {g}: failed, {_failure(e)}")
+            continue
         print(line(r), flush=True)
         notes.append(note(g, r))
     print("\n" + "\n".join(notes))
