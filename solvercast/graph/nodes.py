@@ -324,17 +324,28 @@ def is_free_task(info: NodeInfo, *, allocates: bool, holds_storage: bool, reads_
 def schemaless_ops(graph: fx.Graph) -> dict[str, int]:
     """Ops the cost model prices without an op schema, by name, with counts: compute
     ``call_function`` nodes whose target is a Python callable (``operator.matmul``, ``torch.relu`` in
-    a ``symbolic_trace`` graph) rather than an aten overload. No FLOP formula applies to them, so the
-    roofline prices them by bytes moved alone: a matmul among them is priced too low. The report
+    a ``symbolic_trace`` graph) rather than an aten overload, and higher-order ops torch's FLOP registry
+    has no formula for (a user Triton kernel; flex attention has one). No FLOP formula applies to them,
+    so the roofline prices them by bytes moved alone: a matmul among them is priced too low. The report
     lists them."""
+    from torch.utils.flop_counter import flop_registry
+
     out: dict[str, int] = {}
     for node in graph.nodes:
         if node.op != "call_function" or classify(node).kind is not NodeKind.COMPUTE:
             continue
-        if not isinstance(op_target(node.target), torch._ops.OpOverload):
+        target = op_target(node.target)
+        if not isinstance(target, torch._ops.OpOverload) and not _has_flop_formula(target, flop_registry):
             name = f"{getattr(node.target, '__module__', '') or ''}.{getattr(node.target, '__name__', node.target)}"
             out[name.lstrip(".")] = out.get(name.lstrip("."), 0) + 1
     return dict(sorted(out.items()))
+
+
+def _has_flop_formula(target: Any, registry: dict) -> bool:
+    try:
+        return target in registry
+    except TypeError:  # an unhashable target
+        return False
 
 
 def waits_on_inputs(graph: fx.Graph) -> list[fx.Node]:

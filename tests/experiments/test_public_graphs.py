@@ -117,6 +117,11 @@ def test_vendored_deepseek_forward_graph_with_data_dependent_splits_is_read_and_
         first = a2a[0]
         rows = first.args[0].meta["val"].shape[0]
         assert hint_int(first.meta["val"].shape[0], fallback=None) == rows  # 8 even splits in, 8 out
+        # flex attention has a FLOP formula; the user kernel none: the report lists it as priced by bytes
+        from solvercast.graph.nodes import schemaless_ops
+        priced_by_bytes = schemaless_ops(gm.graph)
+        assert [k for k in priced_by_bytes if "flex" in k] == []
+        assert [v for k, v in priced_by_bytes.items() if "triton_kernel_wrapper" in k] == [26]
         problem = extract_problem(gm, cost_fn=table.seconds)
         assert len(table.matched) == 377 and not table.unmatched
         result = simulate(problem, Schedule.original(problem))
