@@ -108,7 +108,12 @@ def test_vendored_deepseek_forward_graph_with_data_dependent_splits_is_read_and_
     from solvercast.ir.schedule import Schedule
 
     with public_graphs.loaded_graph("dsv3_fw_64") as (gm, table, info):
-        assert "triton" not in sys.modules or hasattr(sys.modules["triton"], "__file__")  # the stand-in is gone
+        # the stand-in is gone, and torch's cached answer to "is triton installed" is still the true one
+        import importlib.util
+
+        from torch.utils._triton import has_triton_package
+        assert "triton" not in sys.modules or hasattr(sys.modules["triton"], "__file__")
+        assert has_triton_package() == (importlib.util.find_spec("triton") is not None)
         assert info["nodes"] == 8161 and info["world"] == 64 and info["table"] == "colls8_8.table"
         assert public_graphs.collective_counts(gm) == "377/0/0 + 78 A2A"
         a2a = [n for n in gm.graph.nodes if "all_to_all_single" in str(n.target)]
