@@ -325,12 +325,13 @@ def solve_model(
 
     outcome = Outcome(hint, hint_sim, wall, name, stats)
     if status == cp_model.INFEASIBLE and hint_sim is not None and (budget is None or hint_sim.peak_memory <= budget):
-        # no proof: the warm start is a schedule within the budget by `simulate`. The model's memory rule was
-        # stricter than the simulator's here (seen once, on a window of a 14,000-task graph, by 380 B)
-        stats["model_stricter_than_simulate"] = True
-        return outcome.no_solution("", "CP-SAT found its model infeasible, though the warm start is within the "
-                                       "budget by simulate (the model's memory rule is stricter here): kept the "
-                                       "warm start")
+        # no proof: the warm start is a schedule within the budget by `simulate`. Seen on a window of
+        # dsv3_bw_128 (OR-Tools 9.15): the same model with the hint's values fixed solves OPTIMAL, every
+        # constraint holds at the hint, so the INFEASIBLE was the solver's wrong answer (OR-Tools issues 4373 and
+        # 4693 are of this kind: presolve losing a feasible hint)
+        stats["infeasible_with_feasible_hint"] = True
+        return outcome.no_solution("", "CP-SAT answered INFEASIBLE though the warm start is within the budget by "
+                                       "simulate (a wrong answer of the solver): kept the warm start")
     if status == cp_model.INFEASIBLE:
         raise InfeasibleBudgetError(
             f"CP-SAT proved that no schedule keeps peak memory within {budget} B"

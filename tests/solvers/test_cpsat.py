@@ -90,8 +90,9 @@ def test_budget_below_any_schedule_is_proven_infeasible():
 
 def test_a_model_that_finds_its_feasible_warm_start_infeasible_proves_nothing(monkeypatch):
     """CP-SAT's INFEASIBLE is a proof only when no schedule within the budget is at hand: with a warm start that
-    `simulate` keeps within the budget (a window's model once judged one 380 B over), the warm start is kept and
-    no InfeasibleBudgetError claims a proof; without one, the error stands."""
+    `simulate` keeps within the budget (CP-SAT once answered INFEASIBLE on a window whose hint, fixed, solved),
+    the warm start is kept and no InfeasibleBudgetError claims a proof; without one, the error stands. The
+    wrong answer is stood in for by a model no schedule meets."""
     from solvercast.solvers import cpsat
 
     p = random_problem(3, 6)
@@ -105,7 +106,7 @@ def test_a_model_that_finds_its_feasible_warm_start_infeasible_proves_nothing(mo
 
     monkeypatch.setattr(CpsatModel, "_memory", stricter)
     res = cpsat.solve_model(p, time_limit=1, memory_budget=budget, hint=hint)
-    assert res.status == SolveStatus.HINT_KEPT and res.schedule == hint and res.stats["model_stricter_than_simulate"]
+    assert res.status == SolveStatus.HINT_KEPT and res.schedule == hint and res.stats["infeasible_with_feasible_hint"]
     with pytest.raises(InfeasibleBudgetError, match="no schedule keeps peak memory"):
         cpsat.solve_model(p, time_limit=1, memory_budget=budget)
 
