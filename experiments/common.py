@@ -4,7 +4,9 @@ Standard library only: `tuning/heuristics.py compare`'s worker imports the scrip
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 
@@ -15,6 +17,13 @@ def command_line(module: str, question: str, doc: str | None = None) -> argparse
     question = " ".join(question.split())
     return argparse.ArgumentParser(prog=f"python -m {module}", formatter_class=argparse.RawDescriptionHelpFormatter,
                                    description=question if doc is None else f"{question}\n\n{doc}")
+
+
+def invocation(module: str, argv: list[str] | None = None) -> str:
+    """The command a result names: ``python -m <module>`` and its arguments (``argv``, else the process's), quoted
+    as a shell would need them."""
+    args = sys.argv[1:] if argv is None else argv
+    return f"python -m {module} " + " ".join(shlex.quote(a) for a in args)
 
 
 def below_commands(doc: str) -> str:

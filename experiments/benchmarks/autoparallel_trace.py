@@ -68,8 +68,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -80,7 +78,7 @@ from torch.utils._dtype_abbrs import dtype_abbrs
 
 from experiments.benchmarks.public_graphs import (add_graph_arguments, chosen_graphs, collective_counts, loaded_graph,
                                                   run_line, table_prices)
-from experiments.common import below_commands, command_line, print_table_head
+from experiments.common import below_commands, command_line, invocation, print_table_head
 
 # ---- vendored from autoparallel (autoparallel/graph_passes/debug_helpers.py) ----------------------------------
 
@@ -392,7 +390,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     graphs = chosen_graphs(ap, args)
 
-    command = "python -m experiments.benchmarks.autoparallel_trace " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = invocation("experiments.benchmarks.autoparallel_trace")
     print("# autoparallel's execution-trace simulator and solvercast's `simulate`, side by side\n")
     print(f"Command: `{command}` (solvercast's time limit {args.time_limit:g} s).\n")
     print(run_line())

@@ -30,13 +30,12 @@ Counted in each output code (``run_and_get_code``), forward and backward summed:
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 import time
 
 import torch
 
-from experiments.common import below_commands, chosen, command_line, commit_label
+from experiments.common import below_commands, chosen, command_line, commit_label, invocation
 
 DTENSOR = ("llama_tp", "simple_fsdp", "fsdp_tp")
 TRACED = ("tp_mlp", "tp_block", "fsdp_layers")
@@ -121,7 +120,7 @@ def main(argv=None) -> int:
                          "on a CPU mesh and stay on CPU)")
     args = ap.parse_args(argv)
     models = chosen(ap, args.models, DTENSOR + TRACED, "models")
-    command = "python -m experiments.benchmarks.pin_kernels " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = invocation("experiments.benchmarks.pin_kernels")
     print(f"Command: `{command}`; commit {commit_label()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"torch {torch.__version__}, "
           f"{torch.cuda.get_device_name() if args.device == 'cuda' else 'CPU'}.\n")

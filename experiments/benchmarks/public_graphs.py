@@ -67,7 +67,6 @@ import importlib.util
 import lzma
 import os
 import platform
-import shlex
 import sys
 import tempfile
 import time
@@ -78,7 +77,8 @@ import torch
 import torch.fx as fx
 
 from experiments.benchmarks.collective_tables import TableEstimator, collective_info, read_table, remap_table
-from experiments.common import below_commands, command_line, commit_label
+from experiments.common import below_commands, chosen, command_line, commit_label, invocation
+from solvercast.graph.fxmeta import give_size_hint, hint_int
 from solvercast.models import register_fake_group
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "autoparallel_llama3_8b"
@@ -161,8 +161,6 @@ def even_split_hints(gm: fx.GraphModule) -> int:
     """Give the data-dependent split sizes of ``gm``'s all_to_alls (unbacked symbols read from the routing
     counts with ``.item()``) the even split: each of a collective's n input and n output splits is its
     input's rows / n (tokens routed evenly over the ranks). Returns how many sizes were given a value."""
-    from solvercast.graph.fxmeta import give_size_hint, hint_int
-
     given = 0
     for node in gm.graph.nodes:
         if node.op != "call_function" or "all_to_all_single" not in str(node.target):
@@ -546,12 +544,8 @@ def add_graph_arguments(ap, time_limit: float) -> None:
 
 
 def chosen_graphs(ap, args) -> list[str]:
-    """The graphs --graphs names; a usage error for one that is none of autoparallel's eight."""
-    graphs = [g for g in args.graphs.split(",") if g]
-    unknown = [g for g in graphs if g not in ALL]
-    if unknown:
-        ap.error(f"unknown graphs {unknown}; expected some of {', '.join(ALL)}")
-    return graphs
+    """The graphs --graphs names; a usage error for one that is none of autoparallel's (`ALL`)."""
+    return chosen(ap, args.graphs, ALL, "graphs")
 
 
 def run_line() -> str:
@@ -576,7 +570,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     graphs = chosen_graphs(ap, args)
 
-    command = "python -m experiments.benchmarks.public_graphs " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = invocation("experiments.benchmarks.public_graphs")
     print("# autoparallel's public graphs: solvercast and PyTorch's overlap scheduler\n")
     print(f"Command: `{command}` (time limit {args.time_limit:g} s, budget 1.0 x the original peak).\n")
     print(run_line())

@@ -33,14 +33,12 @@ from __future__ import annotations
 
 import os
 import platform
-import shlex
-import sys
 import time
 
 import ortools
 import torch
 
-from experiments.common import below_commands, command_line
+from experiments.common import below_commands, command_line, invocation
 import solvercast.cost.roofline as roofline
 from solvercast import optimize, simulate
 from solvercast.errors import InfeasibleBudgetError
@@ -65,7 +63,7 @@ WORLD = {"llama_tp": dict(world_size=8), "simple_fsdp": dict(world_size=8, batch
 
 
 def _command() -> str:
-    return "python -m experiments.benchmarks.scale " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    return invocation("experiments.benchmarks.scale")
 
 
 # ---------------------------------------------------------------- scale

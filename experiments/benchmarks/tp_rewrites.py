@@ -18,13 +18,12 @@ hidden 8192 on 4 ranks and hidden 4096 on 8 ranks, sequence 4096.
 from __future__ import annotations
 
 import platform
-import shlex
 import sys
 import time
 
 import torch
 
-from experiments.common import below_commands, chosen, command_line, commit_label
+from experiments.common import below_commands, chosen, command_line, commit_label, invocation
 
 LLAMA_8B = dict(dim=4096, heads=32, kv_heads=8, ffn=14336, batch=1, dtype="bfloat16")
 CASES = {
@@ -70,7 +69,7 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=30.0, help="seconds per optimize call (default %(default)g)")
     args = ap.parse_args(argv)
     cases = chosen(ap, args.cases, CASES, "cases")
-    command = "python -m experiments.benchmarks.tp_rewrites " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = invocation("experiments.benchmarks.tp_rewrites")
     print("# Collective-matmul decomposition on tensor-parallel graphs\n")
     print(f"Command: `{command}`; commit {commit_label()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
           f"torch {torch.__version__}, {platform.machine()} CPU, H100 analytic costs, budget 1.0 x the original "

@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import os
 import platform
-import shlex
-import sys
 import time
 
 import torch
 import torch.fx as fx
 
 from experiments.benchmarks.public_graphs import collective_counts
-from experiments.common import below_commands, chosen, command_line
+from experiments.common import below_commands, chosen, command_line, invocation
 
 CASES = {
     "fsdp_layers": dict(),
@@ -110,7 +108,7 @@ def main(argv=None) -> int:
     ap.add_argument("--time-limit", type=float, default=10.0, help="solvercast's time limit per model, seconds")
     args = ap.parse_args(argv)
     names = chosen(ap, args.models, CASES, "models")
-    command = "python -m experiments.benchmarks.zoo_buckets " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = invocation("experiments.benchmarks.zoo_buckets")
     print("# The zoo's FSDP models with bucketing on: solvercast's buckets against PyTorch's\n")
     print(f"Command: `{command}`; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine "
           f"{platform.machine()}, nproc {os.cpu_count()}; torch {torch.__version__}.\n")

@@ -226,14 +226,16 @@ def extract_problem(
         if info[node].kind in on_a_group:
             group_index.setdefault(info[node].group_name, len(group_index))
 
+    def kind_behind(node: fx.Node) -> tuple[NodeKind | None, fx.Node]:
+        """What a wait waits on, looking through getitems of coalesced results: the node and its kind (None for
+        a node that is no task, e.g. a graph input)."""
+        source = _through_getitems(node, info)
+        return (info[source].kind if source in info else None), source
+
     def collective_behind(node: fx.Node) -> fx.Node | None:
         """The collective a wait completes, looking through getitem of coalesced results."""
-        while node in task_id and info[node].kind is not NodeKind.COLLECTIVE:
-            if info[node].kind is NodeKind.GETITEM and node.args:
-                node = node.args[0]
-            else:
-                return None
-        return node if node in task_id else None
+        kind, source = kind_behind(node)
+        return source if kind is NodeKind.COLLECTIVE else None
 
     for node in task_nodes:  # a stream token (record) is 0 bytes and holds nothing: no buffer of its own
         if info[node].kind is NodeKind.ANCHOR and not info[node].aliases:
@@ -283,11 +285,10 @@ def extract_problem(
     waited_again: set[fx.Node] = set()  # a wait on a wait's result: its collective is complete already
     for node in task_nodes:
         if info[node].kind is NodeKind.WAIT and node not in earlier:
-            coll = collective_behind(node.args[0])
-            source = _through_getitems(node.args[0], info)
-            if coll is not None:
-                primary_wait.setdefault(coll, node)
-            elif source in info and info[source].kind is NodeKind.WAIT:
+            kind, source = kind_behind(node.args[0])
+            if kind is NodeKind.COLLECTIVE:
+                primary_wait.setdefault(source, node)
+            elif kind is NodeKind.WAIT:
                 waited_again.add(node)
             else:
                 raise ExtractionError(

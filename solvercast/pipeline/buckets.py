@@ -88,7 +88,7 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     caps: dict[str, int] = {}
     for n, kind in enumerate(kinds):
         # each kind gets an equal share of the work left (what an earlier kind leaves goes to later ones)
-        kind_limit = None if work_limit is None else judge.spent + (work_limit - judge.spent) / (len(kinds) - n)
+        kind_limit = judge.share(work_limit, len(kinds) - n)
 
         def spent() -> bool:
             return time.perf_counter() > deadline or (kind_limit is not None and judge.spent >= kind_limit)

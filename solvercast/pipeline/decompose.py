@@ -81,7 +81,7 @@ def choose_decomposition(gm: fx.GraphModule, undecomposed, extract: Callable, bu
         starts.append((tuple(s.collective for s in reduced), sp_gm, extract(sp_gm),
                        {s.collective: s for s in matmul_sites(sp_gm, options)}))
     for n, (sp, start_gm, start_extracted, start_sites) in enumerate(starts):
-        limit = None if work_limit is None else judge.spent + (work_limit - judge.spent) / (len(starts) - n)
+        limit = judge.share(work_limit, len(starts) - n)
         _search(best, sp, start_gm, start_extracted, start_sites, options, judge, extract, say, limit, deadline)
     best.seconds = time.perf_counter() - started
     return best
@@ -126,7 +126,7 @@ def _search(best: DecomposeChoice, sp: tuple, gm: fx.GraphModule, extracted, sit
     chosen: dict[tuple, int] = {}
     for n, signature in enumerate(signatures):
         # each signature gets an equal share of the work left
-        share = None if limit is None else judge.spent + (limit - judge.spent) / (len(signatures) - n)
+        share = judge.share(limit, len(signatures) - n)
         previous = current
         degrees = sorted(set.intersection(*(set(s.degrees) for s in groups[signature])))
         for degree in degrees:

@@ -24,6 +24,11 @@ class PlanJudge:
         self.budget, self.work_limit, self.extract_work_per_task = budget, work_limit, extract_work_per_task
         self.spent = 0.0
 
+    def share(self, limit: float | None, parts: int) -> float | None:
+        """The work total at which the next of ``parts`` equal parts of what is left below ``limit`` ends (None:
+        no limit): what an earlier part leaves over goes to the later ones."""
+        return None if limit is None else self.spent + (limit - self.spent) / parts
+
     def step(self, extracted) -> int | None:
         """The heuristics' step on ``extracted`` (a `solvercast.pipeline.solve.Extracted`), or None when no
         schedule fits the budget."""
