@@ -3,9 +3,13 @@ matmul, matmul -> reduce_scatter and matmul -> all_reduce site is split (`solver
 time the schedule reaches under the memory budget, never by a fixed threshold.
 
 Sites of one signature (kind, sizes, dtype, group: a model's layers) take one degree. The search starts
-from no decomposition and takes the signatures in turn, most communicated bytes first, each an equal share
-of the work left: it tries the signature's degrees 2, 4, 8 with the others at their current choice, keeps
-the best step and stops climbing once a degree is worse than the one before or over the budget. Each
+from no decomposition. First, the signatures that repeat (a model's layers) climb together: every one at
+its largest degree up to 2, then 4, then 8, while the step shortens (a layer's all_gather and
+reduce_scatter chunks overlap each other's matmuls, so one signature split alone shows little of what all
+of them split buy). Then it takes the signatures in turn, most communicated bytes first, each an equal
+share of the work left: it tries the signature's degrees other than its current one, lowest first, with
+the others at their current choice, keeps the best step and stops climbing once a degree is worse than
+the one before or over the budget. Each
 plan's graph is extracted and scheduled by the heuristics (`solvercast.pipeline.plan_judge`); where no
 plan shortens the step, the graph is left as it is. The plan is a function of the graph, the options and
 the deterministic work limits, so every rank builds the same chunks.
@@ -101,8 +105,9 @@ def _sp_group(gm: fx.GraphModule) -> list[SPSite]:
 def _search(best: DecomposeChoice, sp: tuple, gm: fx.GraphModule, extracted, sites: dict[str, MatmulSite],
             options: DecomposeOptions, judge: PlanJudge, extract: Callable, say: Callable[[str], None],
             limit: float | None, deadline: float) -> None:
-    """Degrees for ``gm``'s ``sites`` (signatures in turn, most bytes first, each an equal share of the work up
-    to ``limit``), ``best`` updated in place with any plan shorter than it."""
+    """Degrees for ``gm``'s ``sites`` (the repeated signatures together, then signatures in turn, most bytes
+    first, each an equal share of the work up to ``limit``), ``best`` updated in place with any plan shorter
+    than it."""
     groups: dict[tuple, list[MatmulSite]] = {}
     for s in sites.values():  # in graph order: a group's first site is its earliest
         groups.setdefault(s.signature, []).append(s)
@@ -122,22 +127,40 @@ def _search(best: DecomposeChoice, sp: tuple, gm: fx.GraphModule, extracted, sit
                 plan, graph, ex, step, sites, sp
         return step
 
+    def tried(trial: dict[tuple, int]) -> int | None:
+        plan = DecomposePlan.of({s.collective: trial[s.signature] for s in sites.values() if s.signature in trial})
+        graph = apply_decomposition(gm, plan, sites)
+        return judged(plan, graph, extract(graph))
+
+    def out_of(share: float | None) -> bool:
+        return time.perf_counter() > deadline or (share is not None and judge.spent >= share)
+
     current = judged(DecomposePlan(), gm, extracted) if sp else best.original_step
+    allowed = {g: sorted(set.intersection(*(set(s.degrees) for s in groups[g]))) for g in signatures}
     chosen: dict[tuple, int] = {}
+    repeated = [g for g in signatures if len(groups[g]) > 1]
+    share = judge.share(limit, 2)  # half the work for the climb together, what it leaves for the one by one
+    previous = current
+    for top in sorted({d for g in repeated for d in allowed[g]}):
+        if not repeated or out_of(share):
+            break
+        trial = {g: max(d for d in allowed[g] if d <= top) for g in repeated if allowed[g] and allowed[g][0] <= top}
+        step = tried(trial)
+        if step is not None and (current is None or step < current):
+            current, chosen = step, trial
+        if step is None or (previous is not None and step >= previous):
+            break  # more chunks cost more launches and copies: past the best degree it only gets worse
+        previous = step
     for n, signature in enumerate(signatures):
         # each signature gets an equal share of the work left
         share = judge.share(limit, len(signatures) - n)
-        previous = current
-        degrees = sorted(set.intersection(*(set(s.degrees) for s in groups[signature])))
-        for degree in degrees:
-            if time.perf_counter() > deadline or (share is not None and judge.spent >= share):
+        start = chosen.get(signature, 1)
+        for degree in [1] * (start > 1) + [d for d in allowed[signature] if d != start]:
+            if out_of(share):
                 break
-            trial = chosen | {signature: degree}
-            plan = DecomposePlan.of({s.collective: trial[s.signature] for s in sites.values() if s.signature in trial})
-            graph = apply_decomposition(gm, plan, sites)
-            step = judged(plan, graph, extract(graph))
+            trial = {g: d for g, d in (chosen | {signature: degree}).items() if d > 1}
+            step = tried(trial)
             if step is not None and (current is None or step < current):
-                current, chosen[signature] = step, degree
-            if step is None or (previous is not None and step >= previous):
+                current, chosen = step, trial
+            elif degree > chosen.get(signature, 1):
                 break  # more chunks cost more launches and copies: past the best degree it only gets worse
-            previous = step

@@ -19,7 +19,9 @@ and how it is written:
     readers of the gathered value other than those matmuls read it rebuilt the same way. DTensor's
     sequence gather at batch ``B`` > 1 (the gathered ``(ranks * B, S, K)`` split into the ranks' blocks
     and concatenated along the sequence: rows read ``(batch, rank, position)``) is split by batch entries
-    instead, each chunk gathered and rearranged as the graph does, its rows one block of the matmul's.
+    instead, each chunk gathered and rearranged as the graph does, its rows one block of the matmul's;
+    at degrees the batch does not allow, by ranges of positions across every batch entry (each range copied
+    contiguous before its gather, the products stacked back: only where no matmul sums over the rows).
     An addmm's bias must be shared by every row.
   - ``matmul_reduce_scatter``: ``mm(a, W)`` / ``addmm(b, a, W)`` (``M x N``) whose only reader leads to a
     functional reduce_scatter with one wait through nodes that leave the columns alone (views ending in
@@ -241,8 +243,11 @@ def _all_gather_site(node: fx.Node, options: DecomposeOptions) -> MatmulSite | N
         if not _concrete(a) or tuple(a.shape) != (group_size * rows, k_dim):
             return None  # the gathered rows are read in another layout: not provably chunkable
     # rank-major: any chunk of the local rows; batch-major: whole batch entries, so that each chunk's rows
-    # are one block of the matmul's rows
-    degrees = _allowed(rows if batch_major is None else x.shape[0], options)
+    # are one block of the matmul's rows, or (where no matmul sums over the rows) ranges of positions
+    if batch_major is None:
+        degrees = _allowed(rows, options)
+    else:
+        degrees = tuple(sorted(set(_allowed(x.shape[0], options)) | set(() if reducers else _allowed(x.shape[1], options))))
     if not degrees or not _one_fake_mode([node.args[0]] + [a for mm, _ in matmuls for a in mm.args]
                                          + [r[2] for r in reducers]):
         return None
@@ -350,11 +355,19 @@ def _keeps_flat_layout(chain: list[fx.Node]) -> bool:
     return True
 
 
+def _waited_once(node: fx.Node) -> fx.Node | None:
+    """A collective's one wait, when its other readers (if any) are the graph's output: a forward returns a
+    collective's value for its backward, which reads it after the wait, so the rewritten value can stand in."""
+    waits = [u for u in node.users if u.op == "call_function" and op_target(u.target) is wait_op()]
+    if node.kwargs or len(waits) != 1 or any(u.op != "output" for u in node.users if u is not waits[0]):
+        return None
+    return waits[0]
+
+
 def _reducing_site(node: fx.Node, kind: str, options: DecomposeOptions) -> MatmulSite | None:
     """A matmul -> reduce_scatter or matmul -> all_reduce site at collective ``node``, or None."""
-    users = list(node.users)
-    if node.kwargs or len(users) != 1 or op_target(users[0].target) is not wait_op() \
-            or not isinstance(node.args[0], fx.Node):
+    wait = _waited_once(node)
+    if wait is None or not isinstance(node.args[0], fx.Node):
         return None
     found = _column_chain(node.args[0])
     if found is None:
@@ -381,7 +394,7 @@ def _reducing_site(node: fx.Node, kind: str, options: DecomposeOptions) -> Matmu
     flat = _keeps_flat_layout(chain) and (kind == "matmul_all_reduce" or y.shape[0] % group_size == 0)
     signature = (kind, tuple(y.shape), tuple(weight.shape), y.dtype, str(args["reduce_op"]),
                  str(args["group_name"]), group_size)
-    return MatmulSite(node.name, users[0].name, kind, (mm.name,), tuple(n.name for n in chain),
+    return MatmulSite(node.name, wait.name, kind, (mm.name,), tuple(n.name for n in chain),
                       degrees, signature, t.numel() * t.element_size(), "flat" if flat else "columns")
 
 
@@ -482,9 +495,67 @@ def _write_sequence_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None
     _erase_unread(graph, [cat, *pieces, split, wait, ag])
 
 
+def _write_sequence_gather_by_position(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
+    """A batch-major site cut into ``k`` ranges of the local positions, every batch entry in each: chunk ``p``
+    is ``x[:, p]`` made contiguous (a copy of ``1/k`` of the input), gathered and rearranged as the graph does
+    into rows ``(batch, rank, i)``; each matmul runs per chunk and the chunks' rows are stacked back into
+    ``(batch, rank, p, i)`` order (one copy, as rank-major chunks are). Only where no matmul sums over the
+    rows (`_all_gather_site`)."""
+    graph = gm.graph
+    by_name = {n.name: n for n in graph.nodes}
+    ag, wait = by_name[site.collective], by_name[site.wait]
+    split, *pieces, cat = [by_name[n] for n in site.chain]
+    x = ag.args[0]
+    batch, seq, k_dim = node_val(x).shape
+    size, group = ag.args[1], ag.args[2]
+    step = seq // k
+    b = FakeNodeBuilder(graph, _mode_of(x))
+    tag = f"{site.collective}_x{k}"
+    with graph.inserting_before(ag):
+        inputs = [b.add(_ATEN.clone.default, (b.add(_ATEN.slice.Tensor, (x, 1, j * step, (j + 1) * step), f"{tag}_in"),),
+                        f"{tag}_contiguous", {"memory_format": torch.contiguous_format}) for j in range(k)]
+        launches = [b.add(_ALL_GATHER, (chunk, size, group), f"{tag}_ag") for chunk in inputs]
+    with graph.inserting_before(wait):
+        chunks = []
+        for launch in launches:
+            done = b.add(wait_op(), (launch,), f"{tag}_wait")
+            parts = b.add(_ATEN.split.Tensor, (done, batch), f"{tag}_split")
+            items = [b.add(operator.getitem, (parts, r), f"{tag}_piece") for r in range(size)]
+            chunks.append(b.add(_ATEN.cat.default, (items, 1), f"{tag}_seq"))  # (batch, ranks * step, K)
+        rows = [b.add(_ATEN.view.default, (c, [batch * size * step, k_dim]), f"{tag}_rows") for c in chunks]
+    closure, matmuls, reducers, other = _view_closure(cat, batch * size * seq)
+    if reducers:
+        raise RewriteError(f"site {site.collective!r}: a matmul sums over its rows; position chunks cannot take it")
+
+    def stacked(parts: list[fx.Node], cols: int, name: str) -> fx.Node:
+        """Per-chunk values of rows (batch, rank, i) stacked into (batch, rank, p, i) order."""
+        views = [b.add(_ATEN.view.default, (v, [batch, size, step, cols]), f"{name}_rows") for v in parts]
+        return b.add(_ATEN.stack.default, (views, 2), f"{name}_stack")
+
+    for mm, _ in matmuls:
+        with graph.inserting_before(mm):
+            parts = [b.add(op_target(mm.target), (chunk, mm.args[1]) if op_target(mm.target) is _ATEN.mm.default
+                           else (mm.args[0], chunk, mm.args[2]), f"{mm.name}_part", dict(mm.kwargs)) for chunk in rows]
+            out = b.add(_ATEN.view.default, (stacked(parts, node_val(mm).shape[1], mm.name), list(node_val(mm).shape)),
+                        f"{mm.name}_out")
+        mm.replace_all_uses_with(out)
+        graph.erase_node(mm)
+    if other:  # the rearranged gathered value rebuilt for its other readers
+        with graph.inserting_before(cat):
+            rebuilt = b.add(_ATEN.view.default, (stacked(chunks, k_dim, f"{tag}_gathered"), list(node_val(cat).shape)),
+                            f"{tag}_gathered")
+        cat.replace_all_uses_with(rebuilt)
+    for node in reversed(closure[1:]):
+        if not node.users:
+            graph.erase_node(node)
+    _erase_unread(graph, [cat, *pieces, split, wait, ag])
+
+
 def _write_all_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
     if site.layout == "batch_major":
-        _write_sequence_gather(gm, site, k)
+        batch = node_val(next(n for n in gm.graph.nodes if n.name == site.collective).args[0]).shape[0]
+        # whole batch entries where k divides the batch (no copy of the input), else ranges of positions
+        (_write_sequence_gather if batch % k == 0 else _write_sequence_gather_by_position)(gm, site, k)
         return
     graph = gm.graph
     by_name = {n.name: n for n in graph.nodes}
@@ -563,6 +634,9 @@ def _write_reducing(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
         if site.layout == "flat":
             out = b.add(_ATEN.view.default, (out, list(node_val(wait).shape)), f"{tag}_out")
     wait.replace_all_uses_with(out)
+    for user in list(rs.users):  # the graph's output (`_waited_once`)
+        if user.op == "output":
+            user.replace_input_with(rs, out)
     _erase_unread(graph, [wait, rs, *chain, mm])
 
 

@@ -116,6 +116,32 @@ def test_a_sequence_scatter_at_batch_two_is_a_site_and_keeps_every_rank_s_values
         torch.testing.assert_close(a, b)
 
 
+def test_a_reduce_scatter_a_forward_also_returns_is_a_site_and_its_output_keeps_its_values():
+    """A forward returns the reduce_scatter's value itself for its backward (autoparallel's Llama graphs save
+    their attention's scatter so): the split's joined value stands in for it there too."""
+    group = fake_group(RANKS, tag="dc4")
+
+    def step(a, w):
+        scattered = C10D.reduce_scatter_tensor((a @ w).view(RANKS, -1, 24), "sum", RANKS, group)
+        return C10D.wait_tensor(scattered) + 1, scattered
+
+    gm = make_fx(step, tracing_mode="fake")(torch.empty(32, 16), torch.empty(16, 24))
+    (site,) = matmul_sites(gm)
+    out = apply_decomposition(gm, DecomposePlan.of({site.collective: 4}))
+    assert not any(n.name == site.collective for n in out.graph.nodes)
+    _same_values(gm, out)
+
+
+def test_a_collective_read_by_anything_but_its_wait_and_the_output_is_no_site():
+    group = fake_group(RANKS, tag="dc4")
+
+    def step(a, w):
+        scattered = C10D.reduce_scatter_tensor((a @ w).view(RANKS, -1, 24), "sum", RANKS, group)
+        return C10D.wait_tensor(scattered) + 1, scattered * 2
+
+    assert matmul_sites(make_fx(step, tracing_mode="fake")(torch.empty(32, 16), torch.empty(16, 24))) == []
+
+
 def test_a_column_dimension_that_a_view_merges_is_refused():
     group = fake_group(RANKS, tag="dc4")
 
@@ -174,12 +200,34 @@ def test_weight_gradients_over_a_split_gather_sum_the_chunks(degree):
 def test_a_sequence_gather_at_batch_four_splits_by_batch_entries(degree):
     gm = _sequence_gather(batch=4)
     (site,) = matmul_sites(gm)
-    assert site.layout == "batch_major" and site.degrees == (2, 4) and len(site.matmuls) == 2
+    assert site.layout == "batch_major" and site.degrees == (2, 4, 8) and len(site.matmuls) == 2
     out = apply_decomposition(gm, DecomposePlan.of({site.collective: degree}))
+    assert not any(n.target is torch.ops.aten.clone.default for n in out.graph.nodes)  # whole entries: no copy in
     rank_args = [random_inputs(gm, seed=r) for r in range(RANKS)]
     for a, b in zip(run_ranks(gm, rank_args), run_ranks(out, rank_args)):
         for x, y in zip(a, b):
             torch.testing.assert_close(x, y)
+
+
+@pytest.mark.parametrize("degree", [4, 8])
+def test_a_sequence_gather_at_batch_two_splits_by_positions_beyond_the_batch(degree):
+    """DTensor's forward gather at batch 2 (the Llama graphs'): past degree 2, chunks are ranges of positions
+    across both batch entries, whose products are stacked back in (batch, rank, position) order; the gathered
+    value its other reader reads is rebuilt the same way."""
+    gm = _sequence_gather(batch=2)
+    (site,) = matmul_sites(gm)
+    assert site.layout == "batch_major" and site.degrees == (2, 4, 8)
+    out = apply_decomposition(gm, DecomposePlan.of({site.collective: degree}))
+    assert sum(n.target is C10D.all_gather_into_tensor.default for n in out.graph.nodes) == degree
+    rank_args = [random_inputs(gm, seed=r) for r in range(RANKS)]
+    for a, b in zip(run_ranks(gm, rank_args), run_ranks(out, rank_args)):
+        for x, y in zip(a, b):
+            torch.testing.assert_close(x, y)
+
+
+def test_position_chunks_are_not_offered_where_a_matmul_sums_over_the_rows():
+    (site,) = matmul_sites(_sequence_gather_backward(batch=2))
+    assert site.degrees == (2,)
 
 
 @pytest.mark.parametrize("degree", [2, 4, 8])
