@@ -11,8 +11,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 def random_inputs(gm, seed: int = 0, device: str = "cpu") -> list:
     """Random tensors of ``gm``'s placeholders' shapes and dtypes (from ``meta["val"]``), scaled by
-    1/sqrt(last dim) so that deep graphs stay finite; integer inputs are 0/1. A placeholder whose
-    value is no tensor (the opaque DeviceMesh a DTensor graph passes through) gets None."""
+    1/sqrt(last dim) so that deep graphs stay finite (complex ones too); integer inputs are 0/1. A placeholder whose
+    value is no tensor (the opaque DeviceMesh a DTensor graph passes through) gets None. Each keeps its
+    placeholder's strides (a backward's saved activation may be a transposed layout that the graph views)."""
     gen = torch.Generator().manual_seed(seed)
     out = []
     for node in gm.graph.nodes:
@@ -21,11 +22,14 @@ def random_inputs(gm, seed: int = 0, device: str = "cpu") -> list:
         val = node.meta["val"]
         if not isinstance(val, torch.Tensor):
             out.append(None)
-        elif val.dtype.is_floating_point:
+        elif val.dtype.is_floating_point or val.dtype.is_complex:
             scale = max(val.shape[-1] if val.dim() else 1, 1) ** -0.5
-            out.append((torch.randn(tuple(val.shape), generator=gen) * scale).to(val.dtype))
+            dtype = val.dtype if val.dtype.is_complex else torch.float32  # (rotary embeddings' frequencies are complex)
+            out.append((torch.randn(tuple(val.shape), generator=gen, dtype=dtype) * scale).to(val.dtype))
         else:
             out.append(torch.randint(0, 2, tuple(val.shape), generator=gen, dtype=val.dtype))
+        if out[-1] is not None and not val.is_contiguous():  # the graph may view it as its strides allow
+            out[-1] = torch.empty_strided(tuple(val.shape), val.stride(), dtype=val.dtype).copy_(out[-1])
     return [t if t is None else t.to(device) for t in out]
 
 
