@@ -291,6 +291,24 @@ def test_the_optimizer_splits_where_it_pays_and_declines_where_it_loses():
     assert off.decomposition is None and off.report.decomposition is None
 
 
+def test_the_search_first_splits_the_repeated_signatures_together():
+    """llama_tp's layers repeat four signatures (two gathers, two scatters): the first plans judged split all of
+    them at degree 2, then at 4 while the step shortens, before any signature is tried alone."""
+    from solvercast.pipeline.decompose import choose_decomposition
+    from solvercast.pipeline.solve import extract_for_optimize
+
+    gm = _llama_8b_dims(8192)
+    sites = matmul_sites(gm)
+    signatures = {s.signature for s in sites}
+    assert len(signatures) == 4 and len(sites) == 8
+    said = []
+    found = choose_decomposition(gm, extract_for_optimize(gm), extract_for_optimize, None,
+                                 DecomposeOptions(sequence_parallel=False), None, 0.0, said.append)
+    first = found.tried[0][0]
+    assert first == DecomposePlan.of({s.collective: 2 for s in sites}).describe({s.collective: s for s in sites})
+    assert found.plan.degrees and found.step < found.original_step
+
+
 def test_tp_block_forward_sites_values_and_gain():
     """A plain tensor-parallel block: per layer the output projection and the MLP's second matmul are
     all-reduced; split, the values are kept, and where the matmuls are long enough to hide a chunk's
