@@ -434,6 +434,24 @@ def _erase_unread(graph: fx.Graph, nodes) -> None:
             left.remove(n)
 
 
+def _sequence_chunks(b: FakeNodeBuilder, ag: fx.Node, wait: fx.Node, inputs: list[fx.Node], entries: int,
+                     tag: str) -> list[fx.Node]:
+    """Each of ``inputs`` (``entries`` batch entries each) gathered on its own (launched where ``ag`` was, waited
+    where ``wait`` was) and rearranged as DTensor's sequence gather does: split into the ranks' blocks and
+    concatenated along the sequence."""
+    size, group = ag.args[1], ag.args[2]
+    with b.graph.inserting_before(ag):
+        launches = [b.add(_ALL_GATHER, (chunk, size, group), f"{tag}_ag") for chunk in inputs]
+    chunks = []
+    with b.graph.inserting_before(wait):
+        for launch in launches:
+            done = b.add(wait_op(), (launch,), f"{tag}_wait")
+            parts = b.add(_ATEN.split.Tensor, (done, entries), f"{tag}_split")
+            items = [b.add(operator.getitem, (parts, r), f"{tag}_piece") for r in range(size)]
+            chunks.append(b.add(_ATEN.cat.default, (items, 1), f"{tag}_seq"))
+    return chunks
+
+
 def _write_sequence_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
     """A batch-major site: batch entries in ``k`` chunks, each gathered and rearranged as the graph does, its
     rows one block of the matmuls' rows (outputs joined by one cat along the rows)."""
@@ -443,20 +461,14 @@ def _write_sequence_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None
     split, *pieces, cat = [by_name[n] for n in site.chain]
     x = ag.args[0]
     batch, seq, k_dim = node_val(x).shape
-    size, group = ag.args[1], ag.args[2]
+    size = ag.args[1]
     step = batch // k
     b = FakeNodeBuilder(graph, _mode_of(x))
     tag = f"{site.collective}_x{k}"
     with graph.inserting_before(ag):
-        launches = [b.add(_ALL_GATHER, (b.add(_ATEN.slice.Tensor, (x, 0, j * step, (j + 1) * step), f"{tag}_in"),
-                                        size, group), f"{tag}_ag") for j in range(k)]
+        inputs = [b.add(_ATEN.slice.Tensor, (x, 0, j * step, (j + 1) * step), f"{tag}_in") for j in range(k)]
+    chunks = _sequence_chunks(b, ag, wait, inputs, step, tag)
     with graph.inserting_before(wait):
-        chunks = []
-        for launch in launches:
-            done = b.add(wait_op(), (launch,), f"{tag}_wait")
-            parts = b.add(_ATEN.split.Tensor, (done, step), f"{tag}_split")
-            items = [b.add(operator.getitem, (parts, r), f"{tag}_piece") for r in range(size)]
-            chunks.append(b.add(_ATEN.cat.default, (items, 1), f"{tag}_seq"))
         rows = [b.add(_ATEN.view.default, (c, [step * size * seq, k_dim]), f"{tag}_rows") for c in chunks]
     closure, matmuls, reducers, other = _view_closure(cat, batch * size * seq)
     for mm, _ in matmuls:
@@ -507,21 +519,15 @@ def _write_sequence_gather_by_position(gm: fx.GraphModule, site: MatmulSite, k: 
     split, *pieces, cat = [by_name[n] for n in site.chain]
     x = ag.args[0]
     batch, seq, k_dim = node_val(x).shape
-    size, group = ag.args[1], ag.args[2]
+    size = ag.args[1]
     step = seq // k
     b = FakeNodeBuilder(graph, _mode_of(x))
     tag = f"{site.collective}_x{k}"
     with graph.inserting_before(ag):
         inputs = [b.add(_ATEN.clone.default, (b.add(_ATEN.slice.Tensor, (x, 1, j * step, (j + 1) * step), f"{tag}_in"),),
                         f"{tag}_contiguous", {"memory_format": torch.contiguous_format}) for j in range(k)]
-        launches = [b.add(_ALL_GATHER, (chunk, size, group), f"{tag}_ag") for chunk in inputs]
+    chunks = _sequence_chunks(b, ag, wait, inputs, batch, tag)  # each (batch, ranks * step, K)
     with graph.inserting_before(wait):
-        chunks = []
-        for launch in launches:
-            done = b.add(wait_op(), (launch,), f"{tag}_wait")
-            parts = b.add(_ATEN.split.Tensor, (done, batch), f"{tag}_split")
-            items = [b.add(operator.getitem, (parts, r), f"{tag}_piece") for r in range(size)]
-            chunks.append(b.add(_ATEN.cat.default, (items, 1), f"{tag}_seq"))  # (batch, ranks * step, K)
         rows = [b.add(_ATEN.view.default, (c, [batch * size * step, k_dim]), f"{tag}_rows") for c in chunks]
     closure, matmuls, reducers, other = _view_closure(cat, batch * size * seq)
     if reducers:

@@ -65,3 +65,13 @@ def test_outputs_are_compared_bitwise_then_by_relative_difference():
     a = [torch.tensor([1.0, -4.0])]
     assert compared(a, [torch.tensor([1.0, -4.0])]) == (True, 0.0)
     assert compared(a, [torch.tensor([1.0, -3.0])]) == (False, 0.25)
+
+
+def test_the_vendored_forward_graph_s_slice_keeps_its_values_bucketed_and_lowered():
+    """autoparallel's fw_64_1d (vendored): its first four FSDP all_gathers in one bucket, ordered and lowered,
+    and `optimize`'s own output, compute the slice's values bit for bit (all_gather buckets are bitwise)."""
+    from experiments.benchmarks.public_values import check_graph
+
+    row = check_graph("fw_64_1d", None, sites=4, time_limit=2.0)
+    assert row["forced"].startswith("all_gather: 4 collectives in 1 launch")
+    assert row["forced_same"] == (True, 0.0) and row["optimize_same"] == (True, 0.0)
