@@ -7,9 +7,9 @@ from no decomposition. First, the signatures that repeat (a model's layers) clim
 its largest degree up to 2, then 4, then 8, while the step shortens (a layer's all_gather and
 reduce_scatter chunks overlap each other's matmuls, so one signature split alone shows little of what all
 of them split buy). Then it takes the signatures in turn, most communicated bytes first, each an equal
-share of the work left: it tries the signature's degrees other than its current one, lowest first, with
-the others at their current choice, keeps the best step and stops climbing once a degree is worse than
-the one before or over the budget. Each
+share of the work left: it tries the signature's degrees other than its current one, lowest first (none
+first), with the others at their current choice, keeps the best step and stops climbing at the first
+higher degree that does not shorten it or is over the budget. Each
 plan's graph is extracted and scheduled by the heuristics (`solvercast.pipeline.plan_judge`); where no
 plan shortens the step, the graph is left as it is. The plan is a function of the graph, the options and
 the deterministic work limits, so every rank builds the same chunks.
@@ -139,10 +139,9 @@ def _search(best: DecomposeChoice, sp: tuple, gm: fx.GraphModule, extracted, sit
     allowed = {g: sorted(set.intersection(*(set(s.degrees) for s in groups[g]))) for g in signatures}
     chosen: dict[tuple, int] = {}
     repeated = [g for g in signatures if len(groups[g]) > 1]
-    share = judge.share(limit, 2)  # half the work for the climb together, what it leaves for the one by one
-    previous = current
+    previous = current  # the climb together first (at most one plan a degree); the one by one gets what it leaves
     for top in sorted({d for g in repeated for d in allowed[g]}):
-        if not repeated or out_of(share):
+        if not repeated or out_of(limit):
             break
         trial = {g: max(d for d in allowed[g] if d <= top) for g in repeated if allowed[g] and allowed[g][0] <= top}
         step = tried(trial)
