@@ -7,6 +7,7 @@ scheduler, every schedule judged by `simulate` on the same costs. A markdown tab
         --graphs fw_256_2d,bw_256_2d
     python -m experiments.benchmarks.public_graphs --bucketing --time-limit 60      # buckets on for both
     python -m experiments.benchmarks.public_graphs --same-buckets --time-limit 30   # PyTorch's buckets for both
+    python -m experiments.benchmarks.public_graphs --floors                          # each graph's compute floor
 
 Three comparisons: reordering only (the default: both order the graph's own collectives); ``--bucketing``
 (PyTorch's ``schedule_overlap_bucketing`` with bucketing on, as run.py runs it, against solvercast choosing
@@ -567,6 +568,8 @@ def main(argv=None) -> int:
                          "rank reading the same table, as PyTorch's scheduler orders each group's FIFO itself)")
     ap.add_argument("--same-buckets", action="store_true",
                     help="PyTorch's bucketed graph for both: its order against solvercast reordering it")
+    ap.add_argument("--floors", action="store_true",
+                    help="each graph's compute floor beside PyTorch's bucketed step: the least ratio any schedule reaches")
     args = ap.parse_args(argv)
     graphs = chosen_graphs(ap, args)
 
@@ -574,6 +577,8 @@ def main(argv=None) -> int:
     print("# autoparallel's public graphs: solvercast and PyTorch's overlap scheduler\n")
     print(f"Command: `{command}` (time limit {args.time_limit:g} s, budget 1.0 x the original peak).\n")
     print(run_line())
+    if args.floors:
+        return _main_floors(graphs, args)
     if args.bucketing:
         return _main_bucketing(graphs, args)
     if args.same_buckets:
@@ -632,6 +637,54 @@ def _bucket_note(g: str, r: dict) -> str:
             f"decomposition: {rep.decomposition}; buckets: {rep.buckets}"
             + (f"; its own prediction {_ms(predicted.makespan)} ms" if predicted else "")
             + (f"; PyTorch: {r['torch_error']}" if "torch_error" in r else ""))
+
+
+FLOOR_COLUMNS = ["graph", "AG/RS/AR", "compute ms (the floor)", "PyTorch ms (bucketing on)", "floor / PyTorch"]
+
+
+def compute_floor(graph: str, directory: Path | None) -> dict:
+    """The sum of ``graph``'s compute tasks' durations in the benchmark's costs, beside PyTorch's bucketed step.
+    On one compute stream no order is shorter, and buckets (their copies) and collective-matmul chunks (each
+    reads its weight whole, plus the copy that joins them) only add compute; a sequence-parallel rewrite of an
+    all_reduce shrinks the rows its region works on, so where the graph holds all_reduces the floor does not
+    bound that rewrite."""
+    from experiments.benchmarks.torch_overlap import torch_overlap_bucketed
+    from solvercast import simulate
+    from solvercast.fx.extract import extract_problem
+    from solvercast.ir.problem import Role
+    from solvercast.ir.schedule import Schedule
+
+    with loaded_graph(graph, directory, device="meta") as (gm, table, info):
+        problem = extract_problem(gm, cost_fn=table.seconds)
+        row = dict(graph=graph, colls=collective_counts(gm),
+                   floor=sum(t.duration for t in problem.tasks if t.role == Role.COMPUTE))
+
+        def judge(torch_gm):
+            judged = extract_problem(torch_gm, cost_fn=table.seconds)
+            row["torch"] = simulate(judged, Schedule.original(judged))
+
+        _run_peer(row, lambda: torch_overlap_bucketed(gm, table_prices(table), budget_ratio=1.0), judge)
+    return row
+
+
+def floor_row_line(r: dict) -> str:
+    th = r.get("torch")
+    cells = [r["graph"], r["colls"], _ms(r["floor"]), "-" if th is None else _ms(th.makespan),
+             "-" if th is None else f"{r['floor'] / th.makespan:.3f}"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _floor_note(g: str, r: dict) -> str:
+    return f"- {g}: PyTorch failed: {r['torch_error']}" if "torch_error" in r else ""
+
+
+def _main_floors(graphs: list[str], args) -> int:
+    print("The compute floor of each graph: the sum of its compute tasks' durations in the benchmark's costs "
+          "(`compute_floor`). On one compute stream no schedule of the graph, bucketed or split into "
+          "collective-matmul chunks, is shorter; where the graph holds all_reduces, a sequence-parallel rewrite "
+          "could shrink it. Beside it, PyTorch's step with bucketing on, as `--bucketing` measures it; their ratio "
+          "is the least solvercast / PyTorch any such schedule reaches.\n")
+    return _table(FLOOR_COLUMNS, graphs, lambda g: compute_floor(g, args.dir), floor_row_line, _floor_note)
 
 
 def _main_bucketing(graphs: list[str], args) -> int:

@@ -173,3 +173,20 @@ def test_script_prints_a_row_per_graph(capsys):
     assert public_graphs.main(["--graphs", "fw_64_1d", "--time-limit", "2"]) == 0
     out = capsys.readouterr().out
     assert "| fw_64_1d | 3997 | 3703 | 291/0/0 | 0 / 291 |" in out
+
+
+def test_the_compute_floor_bounds_pytorch_s_bucketed_step_and_solvercast_s():
+    """The floor `--floors` reports is a bound: PyTorch's bucketed step and solvercast's own are no shorter."""
+    from experiments.benchmarks.torch_overlap import unavailable_reason
+    from solvercast import optimize, simulate
+    from solvercast.fx.extract import extract_problem
+    from solvercast.ir.schedule import Schedule
+
+    row = public_graphs.compute_floor("fw_64_1d", None)
+    assert row["colls"] == "291/0/0" and row["floor"] > 0
+    if unavailable_reason() is None:
+        assert row["floor"] <= row["torch"].makespan
+    with public_graphs.loaded_graph("fw_64_1d", device="meta") as (gm, table, info):
+        res = optimize(gm, time_limit=5, cost_fn=table.seconds)
+        judged = extract_problem(res.gm, cost_fn=table.seconds)
+        assert row["floor"] <= simulate(judged, Schedule.original(judged)).makespan
