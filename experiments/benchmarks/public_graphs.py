@@ -651,13 +651,13 @@ def compute_floor(graph: str, directory: Path | None) -> dict:
     from experiments.benchmarks.torch_overlap import torch_overlap_bucketed
     from solvercast import simulate
     from solvercast.fx.extract import extract_problem
-    from solvercast.ir.problem import Role
+    from solvercast.ir.bounds import lower_bounds
     from solvercast.ir.schedule import Schedule
 
     with loaded_graph(graph, directory, device="meta") as (gm, table, info):
         problem = extract_problem(gm, cost_fn=table.seconds)
-        row = dict(graph=graph, colls=collective_counts(gm),
-                   floor=sum(t.duration for t in problem.tasks if t.role == Role.COMPUTE))
+        # (on one compute stream the compute bound is the sum of the compute tasks' durations)
+        row = dict(graph=graph, colls=collective_counts(gm), floor=lower_bounds(problem, structural=False).compute)
 
         def judge(torch_gm):
             judged = extract_problem(torch_gm, cost_fn=table.seconds)

@@ -87,8 +87,7 @@ def graph_slice(gm: fx.GraphModule, stop: int) -> fx.GraphModule:
     for node in nodes[stop:-1]:  # a wait whose collective is kept: a launch is not left unwaited
         if node.all_input_nodes and all(i in kept for i in node.all_input_nodes) and "wait_tensor" in str(node.target):
             kept.add(node)
-    read = {n for n in kept if n.op != "placeholder"}
-    read = {n for n in read if any(u not in kept or u is output for u in n.users)}
+    read = {n for n in kept if n.op != "placeholder" and any(u not in kept or u is output for u in n.users)}
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for node in nodes:

@@ -434,51 +434,64 @@ def _erase_unread(graph: fx.Graph, nodes) -> None:
             left.remove(n)
 
 
-def _sequence_chunks(b: FakeNodeBuilder, ag: fx.Node, wait: fx.Node, inputs: list[fx.Node], entries: int,
-                     tag: str) -> list[fx.Node]:
-    """Each of ``inputs`` (``entries`` batch entries each) gathered on its own (launched where ``ag`` was, waited
-    where ``wait`` was) and rearranged as DTensor's sequence gather does: split into the ranks' blocks and
-    concatenated along the sequence."""
-    size, group = ag.args[1], ag.args[2]
-    with b.graph.inserting_before(ag):
-        launches = [b.add(_ALL_GATHER, (chunk, size, group), f"{tag}_ag") for chunk in inputs]
-    chunks = []
-    with b.graph.inserting_before(wait):
-        for launch in launches:
-            done = b.add(wait_op(), (launch,), f"{tag}_wait")
-            parts = b.add(_ATEN.split.Tensor, (done, entries), f"{tag}_split")
-            items = [b.add(operator.getitem, (parts, r), f"{tag}_piece") for r in range(size)]
-            chunks.append(b.add(_ATEN.cat.default, (items, 1), f"{tag}_seq"))
-    return chunks
-
-
 def _write_sequence_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
-    """A batch-major site: batch entries in ``k`` chunks, each gathered and rearranged as the graph does, its
-    rows one block of the matmuls' rows (outputs joined by one cat along the rows)."""
+    """A batch-major site in ``k`` chunks, each gathered on its own and rearranged as the graph does (split
+    into the ranks' blocks, concatenated along the sequence), the matmuls run per chunk:
+
+    * where ``k`` divides the batch, whole batch entries: each chunk's rows are one block of the matmuls'
+      rows (outputs joined by one cat along the rows), and matmuls that sum over the rows take each chunk
+      against the same block of their other operand, the partial products summed;
+    * else ranges of the local positions across every batch entry: chunk ``p`` is ``x[:, p]`` made
+      contiguous (a copy of ``1/k`` of the input), its rows ``(batch, rank, i)``; the products are stacked
+      back into ``(batch, rank, p, i)`` order (one copy, as rank-major chunks are). Only where no matmul
+      sums over the rows (`_all_gather_site`)."""
     graph = gm.graph
     by_name = {n.name: n for n in graph.nodes}
     ag, wait = by_name[site.collective], by_name[site.wait]
     split, *pieces, cat = [by_name[n] for n in site.chain]
     x = ag.args[0]
     batch, seq, k_dim = node_val(x).shape
-    size = ag.args[1]
-    step = batch // k
+    size, group = ag.args[1], ag.args[2]
+    by_batch = batch % k == 0
+    entries, step = (batch // k, seq) if by_batch else (batch, seq // k)  # each chunk's batch entries, positions
     b = FakeNodeBuilder(graph, _mode_of(x))
     tag = f"{site.collective}_x{k}"
     with graph.inserting_before(ag):
-        inputs = [b.add(_ATEN.slice.Tensor, (x, 0, j * step, (j + 1) * step), f"{tag}_in") for j in range(k)]
-    chunks = _sequence_chunks(b, ag, wait, inputs, step, tag)
+        if by_batch:
+            inputs = [b.add(_ATEN.slice.Tensor, (x, 0, j * entries, (j + 1) * entries), f"{tag}_in") for j in range(k)]
+        else:
+            inputs = [b.add(_ATEN.clone.default, (b.add(_ATEN.slice.Tensor, (x, 1, j * step, (j + 1) * step), f"{tag}_in"),),
+                            f"{tag}_contiguous", {"memory_format": torch.contiguous_format}) for j in range(k)]
+        launches = [b.add(_ALL_GATHER, (chunk, size, group), f"{tag}_ag") for chunk in inputs]
     with graph.inserting_before(wait):
-        rows = [b.add(_ATEN.view.default, (c, [step * size * seq, k_dim]), f"{tag}_rows") for c in chunks]
+        chunks = []  # each (entries, ranks * step, K)
+        for launch in launches:
+            done = b.add(wait_op(), (launch,), f"{tag}_wait")
+            parts = b.add(_ATEN.split.Tensor, (done, entries), f"{tag}_split")
+            items = [b.add(operator.getitem, (parts, r), f"{tag}_piece") for r in range(size)]
+            chunks.append(b.add(_ATEN.cat.default, (items, 1), f"{tag}_seq"))
+        rows = [b.add(_ATEN.view.default, (c, [entries * size * step, k_dim]), f"{tag}_rows") for c in chunks]
     closure, matmuls, reducers, other = _view_closure(cat, batch * size * seq)
+    if reducers and not by_batch:
+        raise RewriteError(f"site {site.collective!r}: a matmul sums over its rows; position chunks cannot take it")
+
+    def joined(parts: list[fx.Node], like: fx.Node, name: str) -> fx.Node:
+        """Per-chunk values put back in the order of ``like``'s rows (batch, rank, position), as node ``name``."""
+        if by_batch:
+            return b.add(_ATEN.cat.default, (parts, 0), name)
+        cols = node_val(like).shape[-1]
+        views = [b.add(_ATEN.view.default, (v, [batch, size, step, cols]), f"{name}_rows") for v in parts]
+        stacked = b.add(_ATEN.stack.default, (views, 2), f"{name}_stack")
+        return b.add(_ATEN.view.default, (stacked, list(node_val(like).shape)), name)
+
     for mm, _ in matmuls:
         with graph.inserting_before(mm):
             parts = [b.add(op_target(mm.target), (chunk, mm.args[1]) if op_target(mm.target) is _ATEN.mm.default
                            else (mm.args[0], chunk, mm.args[2]), f"{mm.name}_part", dict(mm.kwargs)) for chunk in rows]
-            out = b.add(_ATEN.cat.default, (parts, 0), f"{mm.name}_out")
+            out = joined(parts, mm, f"{mm.name}_out")
         mm.replace_all_uses_with(out)
         graph.erase_node(mm)
-    block = step * size * seq  # each chunk's rows: one block of the full rows
+    block = entries * size * seq  # each chunk's rows: one block of the full rows (by batch entries)
     transposes = set()
     for mm, how, other_operand, transpose in reducers:  # sums over the rows: one partial product per chunk
         with graph.inserting_before(mm):
@@ -499,57 +512,7 @@ def _write_sequence_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None
             graph.erase_node(transpose)
     if other:  # the rearranged gathered value rebuilt for its other readers
         with graph.inserting_before(cat):
-            rebuilt = b.add(_ATEN.cat.default, (chunks, 0), f"{tag}_gathered")
-        cat.replace_all_uses_with(rebuilt)
-    for node in reversed(closure[1:]):
-        if not node.users:
-            graph.erase_node(node)
-    _erase_unread(graph, [cat, *pieces, split, wait, ag])
-
-
-def _write_sequence_gather_by_position(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
-    """A batch-major site cut into ``k`` ranges of the local positions, every batch entry in each: chunk ``p``
-    is ``x[:, p]`` made contiguous (a copy of ``1/k`` of the input), gathered and rearranged as the graph does
-    into rows ``(batch, rank, i)``; each matmul runs per chunk and the chunks' rows are stacked back into
-    ``(batch, rank, p, i)`` order (one copy, as rank-major chunks are). Only where no matmul sums over the
-    rows (`_all_gather_site`)."""
-    graph = gm.graph
-    by_name = {n.name: n for n in graph.nodes}
-    ag, wait = by_name[site.collective], by_name[site.wait]
-    split, *pieces, cat = [by_name[n] for n in site.chain]
-    x = ag.args[0]
-    batch, seq, k_dim = node_val(x).shape
-    size = ag.args[1]
-    step = seq // k
-    b = FakeNodeBuilder(graph, _mode_of(x))
-    tag = f"{site.collective}_x{k}"
-    with graph.inserting_before(ag):
-        inputs = [b.add(_ATEN.clone.default, (b.add(_ATEN.slice.Tensor, (x, 1, j * step, (j + 1) * step), f"{tag}_in"),),
-                        f"{tag}_contiguous", {"memory_format": torch.contiguous_format}) for j in range(k)]
-    chunks = _sequence_chunks(b, ag, wait, inputs, batch, tag)  # each (batch, ranks * step, K)
-    with graph.inserting_before(wait):
-        rows = [b.add(_ATEN.view.default, (c, [batch * size * step, k_dim]), f"{tag}_rows") for c in chunks]
-    closure, matmuls, reducers, other = _view_closure(cat, batch * size * seq)
-    if reducers:
-        raise RewriteError(f"site {site.collective!r}: a matmul sums over its rows; position chunks cannot take it")
-
-    def stacked(parts: list[fx.Node], cols: int, name: str) -> fx.Node:
-        """Per-chunk values of rows (batch, rank, i) stacked into (batch, rank, p, i) order."""
-        views = [b.add(_ATEN.view.default, (v, [batch, size, step, cols]), f"{name}_rows") for v in parts]
-        return b.add(_ATEN.stack.default, (views, 2), f"{name}_stack")
-
-    for mm, _ in matmuls:
-        with graph.inserting_before(mm):
-            parts = [b.add(op_target(mm.target), (chunk, mm.args[1]) if op_target(mm.target) is _ATEN.mm.default
-                           else (mm.args[0], chunk, mm.args[2]), f"{mm.name}_part", dict(mm.kwargs)) for chunk in rows]
-            out = b.add(_ATEN.view.default, (stacked(parts, node_val(mm).shape[1], mm.name), list(node_val(mm).shape)),
-                        f"{mm.name}_out")
-        mm.replace_all_uses_with(out)
-        graph.erase_node(mm)
-    if other:  # the rearranged gathered value rebuilt for its other readers
-        with graph.inserting_before(cat):
-            rebuilt = b.add(_ATEN.view.default, (stacked(chunks, k_dim, f"{tag}_gathered"), list(node_val(cat).shape)),
-                            f"{tag}_gathered")
+            rebuilt = joined(chunks, cat, f"{tag}_gathered")
         cat.replace_all_uses_with(rebuilt)
     for node in reversed(closure[1:]):
         if not node.users:
@@ -559,9 +522,7 @@ def _write_sequence_gather_by_position(gm: fx.GraphModule, site: MatmulSite, k: 
 
 def _write_all_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
     if site.layout == "batch_major":
-        batch = node_val(next(n for n in gm.graph.nodes if n.name == site.collective).args[0]).shape[0]
-        # whole batch entries where k divides the batch (no copy of the input), else ranges of positions
-        (_write_sequence_gather if batch % k == 0 else _write_sequence_gather_by_position)(gm, site, k)
+        _write_sequence_gather(gm, site, k)
         return
     graph = gm.graph
     by_name = {n.name: n for n in graph.nodes}
