@@ -178,7 +178,8 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
     phases, notes = {}, {}
     choice = None
     if options is not None:
-        choice = choose_buckets(gm, extracted, extract, budget, options, **limits(plan.bucket_share))
+        choice = choose_buckets(gm, extracted, extract, budget, options, **limits(plan.bucket_share),
+                               plan_work=plan.bucket_plan_share * time_limit * rate)
         gm, extracted = choice.gm, choice.extracted
         phases["buckets"], notes["buckets"] = round(choice.seconds, 4), choice.summary()
     split = None

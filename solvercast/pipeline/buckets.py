@@ -3,11 +3,17 @@ schedule reaches under the memory budget, never by a fixed size.
 
 The search walks plans (`solvercast.rewrites.bucketing.BucketGraph.greedy`: consecutive collectives of
 one kind and group share a launch up to a byte cap per kind). For each kind in turn (most bytes first,
-the caps chosen for earlier kinds kept, each kind an equal share of the work left) it lays out the distinct plans of caps 2, 4, 8, ... times the
+the caps chosen for earlier kinds kept) it lays out the distinct plans of caps 2, 4, 8, ... times the
 kind's median collective, tries every other one (stopping at one over the budget), then the neighbours
-of the best until none is left; each plan's graph is extracted and scheduled by the heuristics (the
-solver's warm starts) under the caller's budget, and the plan with the shortest step is kept. The budget is bytes of the unbucketed graph's peak, so a plan that holds more
-memory than the budget allows is never taken. The solver then orders the chosen plan's graph
+of the best until none is left. One cap makes every bucket alike, but the step does not wait on every
+bucket alike: a backward's last reduce_scatters have no compute left to hide behind, and a large bucket
+holds memory the next layer needs. So the search then halves every bucket whose wait leaves the compute
+stream idle in the best plan's schedule (`exposed_buckets`, `halve`), again while that shortens the step;
+where it does not, it halves them one at a time, longest wait first, keeping the halves that shorten it. The kinds' caps and the halving
+each get an equal share of the work left. Each plan's graph is extracted and scheduled by the heuristics
+(the solver's warm starts) under the caller's budget, and the plan with the shortest step is kept. The
+budget is bytes of the unbucketed graph's peak, so a plan that holds more memory than the budget allows
+is never taken. The solver then orders the chosen plan's graph
 (`solvercast.pipeline.solve.optimize_extracted`).
 
 The plan is a function of the graph, the options and the deterministic work limits, so every rank
@@ -22,6 +28,9 @@ from dataclasses import dataclass, field
 
 import torch.fx as fx
 
+from solvercast.ir.problem import Problem
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import SimResult, idle_points
 from solvercast.pipeline.plan_judge import PlanJudge
 from solvercast.rewrites.bucketing import (BITWISE_KINDS, BUCKET_MEMBERS, BucketGraph, BucketOptions, BucketPlan,
                                           apply_buckets)
@@ -66,12 +75,12 @@ class BucketChoice:
 
 def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: int | None, options: BucketOptions,
                    work_limit: float | None, extract_work_per_task: float, say: Callable[[str], None],
-                   deadline: float = float("inf")) -> BucketChoice:
+                   deadline: float = float("inf"), plan_work: float | None = None) -> BucketChoice:
     """The plan whose graph the heuristics schedule fastest within ``budget`` bytes (None: no budget).
     ``unbucketed``: ``gm``'s `Extracted`; ``extract(gm)``: the `Extracted` of a bucketed graph;
     ``work_limit``: the heuristic work (`heuristics.work`, reference microseconds) all plans together may
     spend, each plan's extraction counted as ``extract_work_per_task`` per task: no plan is tried once it
-    is spent (None: no limit). ``deadline``: a `time.perf_counter` reading after which no plan is tried
+    is spent (None: no limit); ``plan_work``: the heuristic work each plan gets (`PlanJudge`). ``deadline``: a `time.perf_counter` reading after which no plan is tried
     (wall clock: pass it only where ranks need not agree)."""
     started = time.perf_counter()
     graph = BucketGraph(gm, options)
@@ -81,18 +90,34 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     kinds = sorted(bytes_of, key=lambda k: (-bytes_of[k], k))
     if not kinds:  # nothing may merge: no plan, and no heuristic run to compare it with
         return BucketChoice(BucketPlan(), gm, unbucketed, graph, None, None, seconds=time.perf_counter() - started)
-    judge = PlanJudge(budget, work_limit, extract_work_per_task)
-    step_of = judge.step
-    base_step = step_of(unbucketed)
+    judge = PlanJudge(budget, work_limit, extract_work_per_task, plan_work)
+    base_step = judge.step(unbucketed)
     best = BucketChoice(BucketPlan(), gm, unbucketed, graph, base_step, base_step)
+    best_judged = None  # the best plan's (problem, schedule, simulation): where its step waits
     caps: dict[str, int] = {}
+    limit = work_limit
+
+    def spent() -> bool:
+        return time.perf_counter() > deadline or (limit is not None and judge.spent >= limit)
+
+    def trial(plan: BucketPlan, what: str = "") -> int | None:
+        """Judge ``plan``; keep it when its step is the shortest so far. Its step (None: over the budget)."""
+        nonlocal best_judged
+        bucketed = apply_buckets(gm, plan, graph)
+        extracted = extract(bucketed)
+        judged = judge.judge(extracted)
+        step = None if judged is None else judged[2].makespan
+        best.tried.append((what + plan.describe(graph.by_name), step))
+        say(f"buckets: {what}{plan.describe(graph.by_name)}: step "
+            + ("over the budget" if step is None else f"{step / 1e3:,.1f} us"))
+        if step is not None and (best.step is None or step < best.step):
+            best.plan, best.gm, best.extracted, best.step = plan, bucketed, extracted, step
+            best_judged = judged
+        return step
+
+    # the kinds' caps take equal shares of the work, and the splits after them one more
     for n, kind in enumerate(kinds):
-        # each kind gets an equal share of the work left (what an earlier kind leaves goes to later ones)
-        kind_limit = judge.share(work_limit, len(kinds) - n)
-
-        def spent() -> bool:
-            return time.perf_counter() > deadline or (kind_limit is not None and judge.spent >= kind_limit)
-
+        limit = judge.share(work_limit, len(kinds) + 1 - n)  # what an earlier part leaves goes to later ones
         sizes = sorted(s.input_bytes for s in graph.sites if s.kind == kind)
         median, total = sizes[len(sizes) // 2], sum(sizes)
         ladder: list[tuple[int, BucketPlan]] = []  # the distinct plans of growing caps (greedy is cheap)
@@ -105,16 +130,11 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
                 break
         steps: dict[int, int | None] = {}
 
-        def trial(i: int) -> None:
+        def rung(i: int) -> None:
             cap, plan = ladder[i]
-            bucketed = apply_buckets(gm, plan, graph)
-            extracted = extract(bucketed)
-            step = steps[i] = step_of(extracted)
-            best.tried.append((plan.describe(graph.by_name), step))
-            say(f"buckets: {plan.describe(graph.by_name)}: step "
-                + ("over the budget" if step is None else f"{step / 1e3:,.1f} us"))
-            if step is not None and (best.step is None or step < best.step):
-                best.plan, best.gm, best.extracted, best.step = plan, bucketed, extracted, step
+            taken = best.plan
+            steps[i] = trial(plan)
+            if best.plan is not taken:
                 caps[kind] = cap
 
         # coarse to fine: every other rung (a cap over the budget ends it: larger ones hold more), then the
@@ -122,7 +142,7 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
         for i in range(1 if len(ladder) > 1 else 0, len(ladder), 2):
             if spent():
                 break
-            trial(i)
+            rung(i)
             if steps[i] is None:
                 break
         while not spent():
@@ -131,6 +151,54 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
             near = [j for j in (centre - 1, centre + 1, centre) if 0 <= j < len(ladder) and j not in steps]
             if not near:
                 break
-            trial(near[0])
+            rung(near[0])
+
+    # one cap per kind makes every bucket alike, but the step waits on some more than others: halve every
+    # bucket the best plan's schedule waits on at once, and while that shortens the step do it again; where
+    # it does not, halve them one at a time, longest wait first
+    limit = work_limit
+    halved: set[tuple[str, ...]] = set()  # buckets halved alone (and judged)
+    together = True
+    while best_judged is not None and not spent():
+        waits = [members for _, members in exposed_buckets(best.gm, *best_judged) if members not in halved]
+        if not waits:
+            break
+        chosen = waits if together and len(waits) > 1 else waits[:1]
+        plan = best.plan
+        for members in chosen:
+            plan = halve(plan, members, graph)
+        if len(chosen) == 1:
+            halved.add(chosen[0])
+        taken = best.plan
+        trial(plan, what=f"{len(chosen)} buckets halved: " if len(chosen) > 1 else f"{chosen[0][0]}'s bucket halved: ")
+        together = best.plan is not taken
     best.seconds = time.perf_counter() - started
     return best
+
+
+def exposed_buckets(bucketed: fx.GraphModule, problem: Problem, schedule: Schedule,
+                    sim: SimResult) -> list[tuple[int, tuple[str, ...]]]:
+    """(idle ns of the compute stream just before the bucket's wait, its members) for each bucket of
+    ``bucketed`` whose wait the step waits on, longest first; ``problem`` is ``bucketed``'s and ``sim``
+    ``schedule``'s simulation."""
+    members = {n.name: n.meta[BUCKET_MEMBERS] for n in bucketed.graph.nodes if BUCKET_MEMBERS in n.meta}
+    idle_before = {schedule.order[pos]: idle for idle, pos in idle_points(problem, schedule, sim)}
+    wait_of = problem.wait_of
+    found = [(idle_before.get(wait_of[t], 0), members[task.name]) for t, task in enumerate(problem.tasks)
+             if task.name in members and t in wait_of]
+    return sorted((f for f in found if f[0] > 0), key=lambda f: -f[0])
+
+
+def halve(plan: BucketPlan, members: tuple[str, ...], graph: BucketGraph) -> BucketPlan:
+    """``plan`` with the bucket ``members`` cut in two where its input bytes are half launched (a half of
+    one collective launches alone)."""
+    sizes = [graph.by_name[name].input_bytes for name in members]
+    cut, launched = len(members) - 1, 0
+    for i, size in enumerate(sizes[:-1]):
+        launched += size
+        if 2 * launched >= sum(sizes):
+            cut = i + 1
+            break
+    halves = (members[:cut], members[cut:])
+    return BucketPlan(tuple(part for bucket in plan.buckets
+                            for part in (halves if bucket == members else (bucket,))))

@@ -9,7 +9,9 @@ from __future__ import annotations
 from solvercast.errors import InfeasibleBudgetError
 from solvercast.heuristics import best_heuristic
 from solvercast.heuristics.work import WorkBudget, work_budget
-from solvercast.ir.simulate import simulate
+from solvercast.ir.problem import Problem
+from solvercast.ir.schedule import Schedule
+from solvercast.ir.simulate import SimResult, simulate
 
 #: a search's work is shared among about this many plans (each plan's heuristics get this share)
 PLANS_PER_SHARE = 12
@@ -18,10 +20,13 @@ PLANS_PER_SHARE = 12
 class PlanJudge:
     """Scores extracted plans under ``budget`` bytes (None: no budget). ``work_limit``: the heuristic work
     (`heuristics.work`, reference microseconds) all plans together may spend (None: no limit);
-    ``extract_work_per_task``: the work one task's extraction counts for. ``spent``: the work counted so far."""
+    ``extract_work_per_task``: the work one task's extraction counts for; ``plan_work``: the heuristic work
+    each plan gets (None: ``work_limit`` / `PLANS_PER_SHARE`). ``spent``: the work counted so far."""
 
-    def __init__(self, budget: int | None, work_limit: float | None, extract_work_per_task: float):
+    def __init__(self, budget: int | None, work_limit: float | None, extract_work_per_task: float,
+                 plan_work: float | None = None):
         self.budget, self.work_limit, self.extract_work_per_task = budget, work_limit, extract_work_per_task
+        self.plan_work = plan_work if plan_work is not None or work_limit is None else work_limit / PLANS_PER_SHARE
         self.spent = 0.0
 
     def share(self, limit: float | None, parts: int) -> float | None:
@@ -32,8 +37,14 @@ class PlanJudge:
     def step(self, extracted) -> int | None:
         """The heuristics' step on ``extracted`` (a `solvercast.pipeline.solve.Extracted`), or None when no
         schedule fits the budget."""
+        judged = self.judge(extracted)
+        return None if judged is None else judged[2].makespan
+
+    def judge(self, extracted) -> tuple[Problem, Schedule, SimResult] | None:
+        """The heuristics' schedule of ``extracted`` under the budget and its simulation (None when no
+        schedule fits): the step, and where the step waits."""
         problem = extracted.problem.with_budget(self.budget)
-        work = WorkBudget(limit=None if self.work_limit is None else self.work_limit / PLANS_PER_SHARE)
+        work = WorkBudget(limit=self.plan_work)
         with work_budget(work):
             try:
                 schedule = best_heuristic(problem, memory_budget=self.budget,
@@ -41,4 +52,4 @@ class PlanJudge:
             except InfeasibleBudgetError:
                 schedule = None
         self.spent += work.spent + self.extract_work_per_task * problem.num_tasks
-        return None if schedule is None else simulate(problem, schedule).makespan
+        return None if schedule is None else (problem, schedule, simulate(problem, schedule))

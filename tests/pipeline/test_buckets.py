@@ -1,0 +1,108 @@
+"""The bucket search (`solvercast.pipeline.buckets`): after one cap per kind, it halves the buckets the
+step waits on. The rewrite itself (legality, cost, lowering, values) is tested in
+tests/rewrites/test_bucketing.py."""
+
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from solvercast.graph.fxmeta import node_val
+from solvercast.ir.problem import Role
+from solvercast.models import fake_group
+from solvercast.pipeline.buckets import choose_buckets, exposed_buckets, halve
+from solvercast.pipeline.plan_judge import PlanJudge
+from solvercast.pipeline.solve import extract_for_optimize
+from solvercast.rewrites.bucketing import BucketGraph, BucketOptions, BucketPlan, apply_buckets
+
+C10D = torch.ops._c10d_functional
+DIM = 64
+
+
+def _backward_chain(layers: int = 8, ranks: int = 8):
+    """A backward's shape: each layer's weight gradient is reduce-scattered while the chain goes on."""
+    group = fake_group(ranks, tag=f"bkrs{ranks}")
+
+    def step(g, *ws):
+        grads = []
+        for w in ws:
+            grads.append(C10D.wait_tensor(C10D.reduce_scatter_tensor(g.t() @ g, "sum", ranks, group)))
+            g = torch.relu(g @ w)
+        return grads
+
+    args = [torch.empty(DIM, DIM)] + [torch.empty(DIM, DIM) for _ in range(layers)]
+    return make_fx(step, tracing_mode="fake")(*args)
+
+
+def _cost(node):
+    """50 us a matmul; a reduce_scatter 60 us of latency plus 60 us per gradient it carries: a bucket of
+    two pays one latency less than two launches but takes longer than a layer's compute."""
+    if node.op != "call_function":
+        return None
+    if "aten.mm" in str(node.target):
+        return 50e-6
+    if "reduce_scatter" in str(node.target):
+        return (60 + 60 * node_val(node.args[0]).numel() / DIM ** 2) * 1e-6
+    return None
+
+
+def _extract(gm):
+    return extract_for_optimize(gm, cost_fn=_cost)
+
+
+def test_halve_cuts_a_bucket_where_half_its_bytes_are_launched():
+    group = fake_group(4, tag="bkh")
+
+    def step(a, b, c, d):
+        return [C10D.wait_tensor(C10D.reduce_scatter_tensor(t, "sum", 4, group)) for t in (a, b, c, d)]
+
+    gm = make_fx(step, tracing_mode="fake")(torch.empty(4, 24), torch.empty(4, 4), torch.empty(4, 4),
+                                            torch.empty(4, 8))
+    graph = BucketGraph(gm)
+    a, b, c, d = (s.collective for s in graph.sites)
+    # 96 + 16 + 16 + 32 elements: the first input alone is over half, so it launches alone
+    assert halve(BucketPlan(((a, b, c, d),)), (a, b, c, d), graph).buckets == ((b, c, d),)
+    # 16 + 16 | 32: the other bucket untouched, a half of one collective launches alone
+    plan = BucketPlan(((b, c, d),))
+    assert halve(plan, (b, c, d), graph).buckets == ((b, c),)
+    assert halve(BucketPlan(((a, b), (c, d))), (c, d), graph).buckets == ((a, b),)
+
+
+def test_exposed_buckets_are_the_waits_the_compute_stream_idles_before():
+    gm = _backward_chain()
+    graph = BucketGraph(gm)
+    names = [s.collective for s in graph.sites]
+    bucketed = apply_buckets(gm, BucketPlan(tuple(zip(names[::2], names[1::2]))), graph)
+    problem, schedule, sim = PlanJudge(None, None, 0).judge(_extract(bucketed))
+    exposed = exposed_buckets(bucketed, problem, schedule, sim)
+    assert exposed, "the last bucket launches after the last gradient: the step waits on it"
+    assert [x for x, _ in exposed] == sorted((x for x, _ in exposed), reverse=True)
+    # each figure, counted again from the simulation: the wait's start less the compute stream's last end
+    members_of = {n.name: n.meta for n in bucketed.graph.nodes}
+    for idle, members in exposed:
+        launch = next(t for t, task in enumerate(problem.tasks)
+                      if members_of[task.name].get("solvercast_bucket_members") == members)
+        wait = problem.wait_of[launch]
+        before = schedule.order[:schedule.order.index(wait)]
+        free = max(sim.end[t] for t in before if sim.streams[t] == 0 and problem.tasks[t].role != Role.FREE)
+        assert idle == sim.start[wait] - free > 0
+
+
+def test_the_search_halves_the_buckets_the_step_waits_on_and_keeps_the_shortest_step():
+    gm = _backward_chain()
+    found = choose_buckets(gm, _extract(gm), _extract, None, BucketOptions(), work_limit=None,
+                           extract_work_per_task=0.0, say=lambda _: None)
+    halved = [line for line, _ in found.tried if "halved" in line]
+    assert halved, "after the caps, the search halves the buckets the step waits on"
+    # the first halving cuts every bucket the best one-cap plan waits on (all at once where there are several)
+    uniform = [(step, line) for line, step in found.tried if "halved" not in line]
+    best_line = min(uniform)[1]
+    graph = BucketGraph(gm)
+    caps_plan = next(plan for plan in (graph.greedy({"reduce_scatter": DIM * DIM * 4 * k}) for k in (2, 4, 8))
+                     if plan.describe(graph.by_name) == best_line)
+    bucketed = apply_buckets(gm, caps_plan, graph)
+    waits = [members for _, members in exposed_buckets(bucketed, *PlanJudge(None, None, 0).judge(_extract(bucketed)))]
+    expected = caps_plan
+    for members in waits:
+        expected = halve(expected, members, graph)
+    what = f"{len(waits)} buckets halved: " if len(waits) > 1 else f"{waits[0][0]}'s bucket halved: "
+    assert halved[0] == what + expected.describe(graph.by_name)
+    assert found.step == min(step for _, step in found.tried)
