@@ -1,19 +1,19 @@
 """Choosing buckets with the schedule: which collectives share a launch is decided by the step time the
 schedule reaches under the memory budget, never by a fixed size.
 
-The search walks plans (`solvercast.rewrites.bucketing.BucketGraph.greedy`: consecutive collectives of
-one kind and group share a launch up to a byte cap per kind). For each kind in turn (most bytes first,
-the caps chosen for earlier kinds kept) it lays out the distinct plans of caps 2, 4, 8, ... times the
-kind's median collective, tries every other one (stopping at one over the budget), then the neighbours
-of the best until none is left. One cap makes every bucket alike, but the step does not wait on every
-bucket alike: a backward's last reduce_scatters have no compute left to hide behind, and a large bucket
-holds memory the next layer needs. So the search then halves every bucket whose wait leaves the compute
-stream idle in the best plan's schedule (`exposed_buckets`, `halve`), again while that shortens the step;
-where it does not, it halves them one at a time, longest wait first, keeping the halves that shorten it. The kinds' caps and the halving
-each get an equal share of the work left. Each plan's graph is extracted and scheduled by the heuristics
-(the solver's warm starts) under the caller's budget, and the plan with the shortest step is kept. The
-budget is bytes of the unbucketed graph's peak, so a plan that holds more memory than the budget allows
-is never taken. The solver then orders the chosen plan's graph
+The search walks plans (`solvercast.rewrites.bucketing.BucketGraph.greedy`: consecutive collectives of one
+kind and group share a launch up to a byte cap per kind). For each kind in turn (most bytes first, the caps
+chosen for earlier kinds kept) it lays out the distinct plans of caps 2, 4, 8, ... times the kind's median
+collective, tries every other one (stopping at one over the budget), then the neighbours of the best until
+none is left. One cap makes every bucket alike, but the step does not wait on every bucket alike: a
+backward's last reduce_scatters have no compute left to hide behind, and a large bucket holds memory the
+next layer needs. So the search then halves every bucket whose wait leaves the compute stream idle in the
+best plan's schedule (`exposed_buckets`, `halve`), again while that shortens the step; where it does not, it
+halves them one at a time, longest wait first, keeping the halves that shorten it. The kinds' caps and the
+halving each get an equal share of the work left. Each plan's graph is extracted and scheduled by the
+heuristics (the solver's warm starts) under the caller's budget, and the plan with the shortest step is
+kept. The budget is bytes of the unbucketed graph's peak, so a plan that holds more memory than the budget
+allows is never taken. The solver then orders the chosen plan's graph
 (`solvercast.pipeline.solve.optimize_extracted`).
 
 The plan is a function of the graph, the options and the deterministic work limits, so every rank
@@ -80,8 +80,9 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     ``unbucketed``: ``gm``'s `Extracted`; ``extract(gm)``: the `Extracted` of a bucketed graph;
     ``work_limit``: the heuristic work (`heuristics.work`, reference microseconds) all plans together may
     spend, each plan's extraction counted as ``extract_work_per_task`` per task: no plan is tried once it
-    is spent (None: no limit); ``plan_work``: the heuristic work each plan gets (`PlanJudge`). ``deadline``: a `time.perf_counter` reading after which no plan is tried
-    (wall clock: pass it only where ranks need not agree)."""
+    is spent (None: no limit); ``plan_work``: the heuristic work each plan gets (`PlanJudge`).
+    ``deadline``: a `time.perf_counter` reading after which no plan is tried (wall clock: pass it only where
+    ranks need not agree)."""
     started = time.perf_counter()
     graph = BucketGraph(gm, options)
     # the kinds with two sites or more (one site merges with nothing), most bytes first
@@ -115,9 +116,18 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
             best_judged = judged
         return step
 
-    # the kinds' caps take equal shares of the work, and the splits after them one more
+    # each kind's caps take a share of the work in proportion to the time its collectives take unbucketed (a
+    # kind of little comm has little to save), the halving after them as much as an average kind; what an
+    # earlier part leaves goes to the later ones
+    comm_time = {kind: 0 for kind in kinds}
+    for task in unbucketed.problem.tasks:
+        site = graph.by_name.get(task.name)
+        if site is not None and site.kind in comm_time:
+            comm_time[site.kind] += task.duration
+    weights = [max(comm_time[kind], 1) for kind in kinds]
+    weights.append(sum(weights) / len(kinds))
     for n, kind in enumerate(kinds):
-        limit = judge.share(work_limit, len(kinds) + 1 - n)  # what an earlier part leaves goes to later ones
+        limit = judge.share(work_limit, sum(weights[n:]) / weights[n])
         sizes = sorted(s.input_bytes for s in graph.sites if s.kind == kind)
         median, total = sizes[len(sizes) // 2], sum(sizes)
         ladder: list[tuple[int, BucketPlan]] = []  # the distinct plans of growing caps (greedy is cheap)
@@ -170,7 +180,7 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
         if len(chosen) == 1:
             halved.add(chosen[0])
         taken = best.plan
-        trial(plan, what=f"{len(chosen)} buckets halved: " if len(chosen) > 1 else f"{chosen[0][0]}'s bucket halved: ")
+        trial(plan, f"{len(chosen)} buckets halved: " if len(chosen) > 1 else f"{chosen[0][0]}'s bucket halved: ")
         together = best.plan is not taken
     best.seconds = time.perf_counter() - started
     return best

@@ -29,9 +29,10 @@ class PlanJudge:
         self.plan_work = plan_work if plan_work is not None or work_limit is None else work_limit / PLANS_PER_SHARE
         self.spent = 0.0
 
-    def share(self, limit: float | None, parts: int) -> float | None:
+    def share(self, limit: float | None, parts: float) -> float | None:
         """The work total at which the next of ``parts`` equal parts of what is left below ``limit`` ends (None:
-        no limit): what an earlier part leaves over goes to the later ones."""
+        no limit): what an earlier part leaves over goes to the later ones. (A part of weight w among parts
+        of total weight W left: ``parts`` = W / w.)"""
         return None if limit is None else self.spent + (limit - self.spent) / parts
 
     def step(self, extracted) -> int | None:
