@@ -9,12 +9,12 @@ none is left. One cap makes every bucket alike, but the step does not wait on ev
 backward's last reduce_scatters have no compute left to hide behind, and a large bucket holds memory the
 next layer needs. So the search then halves every bucket whose wait leaves the compute stream idle in the
 best plan's schedule (`exposed_buckets`, `halve`), again while that shortens the step; where it does not, it
-halves them one at a time, longest wait first, keeping the halves that shorten it. The kinds' caps and the
-halving each get an equal share of the work left. Each plan's graph is extracted and scheduled by the
-heuristics (the solver's warm starts) under the caller's budget, and the plan with the shortest step is
-kept. The budget is bytes of the unbucketed graph's peak, so a plan that holds more memory than the budget
-allows is never taken. The solver then orders the chosen plan's graph
-(`solvercast.pipeline.solve.optimize_extracted`).
+halves them one at a time, longest wait first, keeping the halves that shorten it. Each kind's caps get work
+in proportion to the time its collectives take unbucketed, the halving as much as an average kind. Each
+plan's graph is extracted and scheduled by the heuristics (the solver's warm starts) under the caller's
+budget, and the plan with the shortest step is kept. The budget is bytes of the unbucketed graph's peak, so
+a plan that holds more memory than the budget allows is never taken. The solver then orders the chosen
+plan's graph (`solvercast.pipeline.solve.optimize_extracted`).
 
 The plan is a function of the graph, the options and the deterministic work limits, so every rank
 builds the same buckets.

@@ -51,7 +51,7 @@ class TimePlanTuning:
     heuristic_share: float = 0.4
     #: share of the time limit that trying bucket plans may spend (`solvercast.pipeline.buckets`), counted in
     #: heuristic work (deterministic: every rank tries the same plans) with each plan's extraction priced at
-    #: `extract_seconds_per_task`; the kinds' caps and the halving of single buckets take equal parts
+    #: `extract_seconds_per_task`; each kind's caps and the halving of buckets take parts of it
     bucket_share: float = 0.6
     #: share of the time limit that one bucket plan's heuristics may spend (a plan judged with more work
     #: scores better, so every plan of a search gets the same)
