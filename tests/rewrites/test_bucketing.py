@@ -205,19 +205,21 @@ def test_optimize_takes_no_bucket_over_the_budget():
 
 def test_every_process_builds_the_same_buckets():
     """The plan is a function of the graph and the options: two processes (different hash seeds, as two
-    ranks would have) choose the same buckets."""
+    ranks would have) try the same plans, judge them alike and choose the same buckets."""
     script = ("from tests.rewrites.test_bucketing import _fsdp_chain\n"
               "from solvercast import optimize\n"
               "r = optimize(_fsdp_chain(layers=8, dim=64, ranks=16), time_limit=5, memory_budget=float('inf'))\n"
-              "print(r.buckets.plan.buckets if r.buckets else ())\n")
+              "print(r.buckets.plan.buckets if r.buckets else ())\n"
+              "print(r.buckets.tried if r.buckets else ())\n")
     plans = []
     for seed in ("1", "2"):
         env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(ROOT))
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT,
                              timeout=300)
         assert out.returncode == 0, out.stderr[-2000:]
-        plans.append(out.stdout.strip().splitlines()[-1])
-    assert plans[0] == plans[1] and plans[0] != "()"
+        plans.append(out.stdout.strip().splitlines()[-2:])  # the plan, and every plan tried with its step
+    assert plans[0] == plans[1] and plans[0][0] != "()"
+    assert "halved" in plans[0][1]  # the halving, guided by a schedule, is as deterministic as the caps
 
 
 def test_collectives_of_symbolic_sizes_stay_alone():
