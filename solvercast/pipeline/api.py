@@ -184,7 +184,13 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
         phases["buckets"], notes["buckets"] = round(choice.seconds, 4), choice.summary()
     split = None
     if decompose is not None:  # judged on the bucketed graph: the step it would otherwise run
-        found = choose_decomposition(gm, extracted, extract, budget, decompose, **limits(plan.decompose_share))
+        given = limits(plan.decompose_share)
+        if choice is not None:  # the work the bucket search left (it stops early where no plan is left to try)
+            left = max(0.0, plan.bucket_share * time_limit * rate - choice.work_spent)
+            given["work_limit"] += left
+            given["deadline"] += left / rate
+        found = choose_decomposition(gm, extracted, extract, budget, decompose, **given,
+                                     plan_work=plan.decompose_plan_share * time_limit * rate)
         phases["decomposition"], notes["decomposition"] = round(found.seconds, 4), found.summary()
         split = found if found.rewritten else None
 

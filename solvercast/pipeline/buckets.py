@@ -52,6 +52,7 @@ class BucketChoice:
     unbucketed_step: int | None
     tried: list = field(default_factory=list)
     seconds: float = 0.0
+    work_spent: float = 0.0  # the heuristic work the search counted (`PlanJudge.spent`)
 
     def launch_members(self) -> dict[str, tuple[str, ...]]:
         """Each bucket's launch (its node's name in the bucketed graph) -> the collectives it launches."""
@@ -182,7 +183,7 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
         taken = best.plan
         trial(plan, f"{len(chosen)} buckets halved: " if len(chosen) > 1 else f"{chosen[0][0]}'s bucket halved: ")
         together = best.plan is not taken
-    best.seconds = time.perf_counter() - started
+    best.seconds, best.work_spent = time.perf_counter() - started, judge.spent
     return best
 
 

@@ -66,14 +66,15 @@ class DecomposeChoice:
 
 def choose_decomposition(gm: fx.GraphModule, undecomposed, extract: Callable, budget: int | None,
                          options: DecomposeOptions, work_limit: float | None, extract_work_per_task: float,
-                         say: Callable[[str], None], deadline: float = float("inf")) -> DecomposeChoice:
+                         say: Callable[[str], None], deadline: float = float("inf"),
+                         plan_work: float | None = None) -> DecomposeChoice:
     """The plan whose graph the heuristics schedule fastest within ``budget`` bytes (None: no budget).
     ``undecomposed``: ``gm``'s `Extracted`; ``extract(gm)``: the `Extracted` of a rewritten graph; the work
-    limits as `solvercast.pipeline.buckets.choose_buckets` takes them. With ``options.sequence_parallel``, the
-    graph with its all_reduces written sequence-parallel is a second starting point, searched alike with an
-    equal share of the work."""
+    limits as `solvercast.pipeline.buckets.choose_buckets` takes them (``plan_work``: each plan's
+    heuristics). With ``options.sequence_parallel``, the graph with its all_reduces written sequence-parallel
+    is a second starting point, searched alike with an equal share of the work."""
     started = time.perf_counter()
-    judge = PlanJudge(budget, work_limit, extract_work_per_task)
+    judge = PlanJudge(budget, work_limit, extract_work_per_task, plan_work)
     reduced = _sp_group(gm) if options.sequence_parallel else []
     sites = {s.collective: s for s in matmul_sites(gm, options)}
     starts = [((), gm, undecomposed, sites)]

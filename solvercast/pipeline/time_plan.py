@@ -57,8 +57,11 @@ class TimePlanTuning:
     #: scores better, so every plan of a search gets the same)
     bucket_plan_share: float = 0.03
     #: share of the time limit that trying collective-matmul decompositions may spend
-    #: (`solvercast.pipeline.decompose`), counted as `bucket_share` is; it follows the bucket search
+    #: (`solvercast.pipeline.decompose`), counted as `bucket_share` is; it follows the bucket search and also
+    #: gets the work that search left
     decompose_share: float = 0.25
+    #: share of the time limit that one decomposition plan's heuristics may spend
+    decompose_plan_share: float = 0.25 / 12
     #: reference microseconds of heuristic work (`heuristics.work.PASS_COST_US`) bought by one second: the
     #: reference costs were measured on a loaded machine, so one second pays for about one million
     work_per_second: float = 1.0e6
