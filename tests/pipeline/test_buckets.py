@@ -106,3 +106,30 @@ def test_the_search_halves_the_buckets_the_step_waits_on_and_keeps_the_shortest_
     what = f"{len(waits)} buckets halved: " if len(waits) > 1 else f"{waits[0][0]}'s bucket halved: "
     assert halved[0] == what + expected.describe(graph.by_name)
     assert found.step == min(step for _, step in found.tried)
+
+
+def test_the_decomposition_search_gets_the_work_the_bucket_search_left(monkeypatch):
+    import solvercast.pipeline.api as api
+    from solvercast import optimize
+    from solvercast.pipeline.tuning import DEFAULT_TUNING
+
+    seen = {}
+
+    def buckets(*args, **kwargs):
+        seen["buckets"] = choice = choose_buckets(*args, **kwargs)
+        return choice
+
+    def decomposition(*args, **kwargs):
+        seen["decomposition"] = kwargs
+        return real(*args, **kwargs)
+
+    real = api.choose_decomposition
+    monkeypatch.setattr(api, "choose_buckets", buckets)
+    monkeypatch.setattr(api, "choose_decomposition", decomposition)
+    optimize(_backward_chain(), time_limit=5, memory_budget=float("inf"), cost_fn=_cost)
+    plan = DEFAULT_TUNING.time_plan
+    own, bucket_share = (share * 5 * plan.work_per_second for share in (plan.decompose_share, plan.bucket_share))
+    left = bucket_share - seen["buckets"].work_spent
+    assert 0 < seen["buckets"].work_spent and left > 0  # a small graph: the bucket search ran out of plans first
+    assert seen["decomposition"]["work_limit"] == own + left
+    assert seen["decomposition"]["plan_work"] == plan.decompose_plan_share * 5 * plan.work_per_second
