@@ -178,7 +178,8 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
     phases, notes = {}, {}
     choice = None
     if options is not None:
-        choice = choose_buckets(gm, extracted, extract, budget, options, **limits(plan.bucket_share),
+        bucket_limits = limits(plan.bucket_share)
+        choice = choose_buckets(gm, extracted, extract, budget, options, **bucket_limits,
                                plan_work=plan.bucket_plan_share * time_limit * rate)
         gm, extracted = choice.gm, choice.extracted
         phases["buckets"], notes["buckets"] = round(choice.seconds, 4), choice.summary()
@@ -186,7 +187,7 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
     if decompose is not None:  # judged on the bucketed graph: the step it would otherwise run
         given = limits(plan.decompose_share)
         if choice is not None:  # the work the bucket search left (it stops early where no plan is left to try)
-            left = max(0.0, plan.bucket_share * time_limit * rate - choice.work_spent)
+            left = max(0.0, bucket_limits["work_limit"] - choice.work_spent)
             given["work_limit"] += left
             given["deadline"] += left / rate
         found = choose_decomposition(gm, extracted, extract, budget, decompose, **given,

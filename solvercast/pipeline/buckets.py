@@ -56,7 +56,7 @@ class BucketChoice:
 
     def launch_members(self) -> dict[str, tuple[str, ...]]:
         """Each bucket's launch (its node's name in the bucketed graph) -> the collectives it launches."""
-        return {n.name: n.meta[BUCKET_MEMBERS] for n in self.gm.graph.nodes if BUCKET_MEMBERS in n.meta}
+        return launch_members(self.gm)
 
     def summary(self) -> str:
         """One line for the report: what was merged, whether the results stay bitwise, what it bought."""
@@ -187,12 +187,17 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     return best
 
 
+def launch_members(bucketed: fx.GraphModule) -> dict[str, tuple[str, ...]]:
+    """Each bucket's launch in ``bucketed`` (its node's name) -> the collectives it launches."""
+    return {n.name: n.meta[BUCKET_MEMBERS] for n in bucketed.graph.nodes if BUCKET_MEMBERS in n.meta}
+
+
 def exposed_buckets(bucketed: fx.GraphModule, problem: Problem, schedule: Schedule,
                     sim: SimResult) -> list[tuple[int, tuple[str, ...]]]:
     """(idle ns of the compute stream just before the bucket's wait, its members) for each bucket of
     ``bucketed`` whose wait the step waits on, longest first; ``problem`` is ``bucketed``'s and ``sim``
     ``schedule``'s simulation."""
-    members = {n.name: n.meta[BUCKET_MEMBERS] for n in bucketed.graph.nodes if BUCKET_MEMBERS in n.meta}
+    members = launch_members(bucketed)
     idle_before = {schedule.order[pos]: idle for idle, pos in idle_points(problem, schedule, sim)}
     wait_of = problem.wait_of
     found = [(idle_before.get(wait_of[t], 0), members[task.name]) for t, task in enumerate(problem.tasks)
@@ -204,10 +209,11 @@ def halve(plan: BucketPlan, members: tuple[str, ...], graph: BucketGraph) -> Buc
     """``plan`` with the bucket ``members`` cut in two where its input bytes are half launched (a half of
     one collective launches alone)."""
     sizes = [graph.by_name[name].input_bytes for name in members]
+    total = sum(sizes)
     cut, launched = len(members) - 1, 0
     for i, size in enumerate(sizes[:-1]):
         launched += size
-        if 2 * launched >= sum(sizes):
+        if 2 * launched >= total:
             cut = i + 1
             break
     halves = (members[:cut], members[cut:])

@@ -18,14 +18,14 @@ PLANS_PER_SHARE = 12
 
 
 class PlanJudge:
-    """Scores extracted plans under ``budget`` bytes (None: no budget). ``work_limit``: the heuristic work
-    (`heuristics.work`, reference microseconds) all plans together may spend (None: no limit);
-    ``extract_work_per_task``: the work one task's extraction counts for; ``plan_work``: the heuristic work
-    each plan gets (None: ``work_limit`` / `PLANS_PER_SHARE`). ``spent``: the work counted so far."""
+    """Scores extracted plans under ``budget`` bytes (None: no budget). ``plan_work``: the heuristic work
+    (`heuristics.work`, reference microseconds) each plan gets; without it, `PLANS_PER_SHARE`'th of
+    ``work_limit``, the work all plans together may spend (both None: no limit). ``extract_work_per_task``:
+    the work one task's extraction counts for. ``spent``: the work counted so far (the searches stop on it)."""
 
     def __init__(self, budget: int | None, work_limit: float | None, extract_work_per_task: float,
                  plan_work: float | None = None):
-        self.budget, self.work_limit, self.extract_work_per_task = budget, work_limit, extract_work_per_task
+        self.budget, self.extract_work_per_task = budget, extract_work_per_task
         self.plan_work = plan_work if plan_work is not None or work_limit is None else work_limit / PLANS_PER_SHARE
         self.spent = 0.0
 

@@ -11,7 +11,7 @@ from solvercast.models import fake_group
 from solvercast.pipeline.buckets import choose_buckets, exposed_buckets, halve
 from solvercast.pipeline.plan_judge import PlanJudge
 from solvercast.pipeline.solve import extract_for_optimize
-from solvercast.rewrites.bucketing import BucketGraph, BucketOptions, BucketPlan, apply_buckets
+from solvercast.rewrites.bucketing import BUCKET_MEMBERS, BucketGraph, BucketOptions, BucketPlan, apply_buckets
 
 C10D = torch.ops._c10d_functional
 DIM = 64
@@ -79,7 +79,7 @@ def test_exposed_buckets_are_the_waits_the_compute_stream_idles_before():
     members_of = {n.name: n.meta for n in bucketed.graph.nodes}
     for idle, members in exposed:
         launch = next(t for t, task in enumerate(problem.tasks)
-                      if members_of[task.name].get("solvercast_bucket_members") == members)
+                      if members_of[task.name].get(BUCKET_MEMBERS) == members)
         wait = problem.wait_of[launch]
         before = schedule.order[:schedule.order.index(wait)]
         free = max(sim.end[t] for t in before if sim.streams[t] == 0 and problem.tasks[t].role != Role.FREE)
