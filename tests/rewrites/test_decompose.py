@@ -8,6 +8,8 @@ Small graphs (make_fx on fake tensors, a fake group of 4)::
     a (m, k) -> mm(., w) -> [view / split-cat] -> reduce_scatter -> wait          (matmul -> reduce_scatter)
 """
 
+import re
+
 import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -307,6 +309,12 @@ def test_the_search_first_splits_the_repeated_signatures_together():
     first = found.tried[0][0]
     assert first == DecomposePlan.of({s.collective: 2 for s in sites}).describe({s.collective: s for s in sites})
     assert found.plan.degrees and found.step < found.original_step
+    # after the climb (every site at one degree), a signature is tried a step up or down from it before
+    # being left whole: the first plan past the climb still splits all eight sites
+    split = [sum(int(n) for n in re.findall(r"(\d+) sites?", line)) for line, _ in found.tried]
+    degrees = [set(re.findall(r" x(\d+):", line)) for line, _ in found.tried]
+    climb = next(i for i, (n, d) in enumerate(zip(split, degrees)) if n != 8 or len(d) != 1)
+    assert split[climb] == 8 and len(degrees[climb]) == 2
 
 
 def test_tp_block_forward_sites_values_and_gain():
