@@ -55,6 +55,7 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from solvercast.errors import RewriteError
 from solvercast.graph.collectives import collective_kind_and_group, wait_op
 from solvercast.graph.fxmeta import bound_args, node_val, op_target
+from solvercast.rewrites.chunk_flow import carry_chunks
 from solvercast.rewrites.fake_nodes import FakeNodeBuilder, copy_graph
 
 __all__ = ["DECOMPOSE_KINDS", "DEGREES", "DecomposeOptions", "MatmulSite", "DecomposePlan", "matmul_sites",
@@ -392,10 +393,34 @@ def _reducing_site(node: fx.Node, kind: str, options: DecomposeOptions) -> Matmu
     # "flat": the chain only re-reads the product's buffer in its own order, each rank's block whole rows, so a
     # column slice's product can be reduced as it is
     flat = _keeps_flat_layout(chain) and (kind == "matmul_all_reduce" or y.shape[0] % group_size == 0)
+    layout = "flat" if flat else "columns"
+    sequence = _sequence_scatter(chain, group_size) if kind == "matmul_reduce_scatter" else None
+    if not flat and sequence is not None and (op_target(mm.target) is _ATEN.mm.default
+                                              or _row_broadcast_bias(mm.args[0])):
+        batch, local = sequence
+        layout, degrees = "batch_major", tuple(sorted(set(_allowed(batch, options)) | set(_allowed(local, options))))
     signature = (kind, tuple(y.shape), tuple(weight.shape), y.dtype, str(args["reduce_op"]),
                  str(args["group_name"]), group_size)
     return MatmulSite(node.name, wait.name, kind, (mm.name,), tuple(n.name for n in chain),
-                      degrees, signature, t.numel() * t.element_size(), "flat" if flat else "columns")
+                      degrees, signature, t.numel() * t.element_size(), layout)
+
+
+def _sequence_scatter(chain: list[fx.Node], group_size: int) -> tuple[int, int] | None:
+    """DTensor's scatter along the sequence at batch > 1: the product's rows viewed ``(B, S, N)``, split along
+    the sequence into the ranks' ``(B, S / ranks, N)`` blocks and concatenated along dim 0, so that each rank
+    receives its positions of every batch entry. Returns (B, S / ranks), else None."""
+    if len(chain) != group_size + 3:
+        return None
+    view, split, cat = chain[0], chain[1], chain[-1]
+    val = node_val(view)
+    if op_target(view.target) not in _VIEWS or op_target(split.target) is not _ATEN.split.Tensor \
+            or op_target(cat.target) is not _ATEN.cat.default or split.args[0] is not view \
+            or val.dim() != 3 or val.shape[0] < 2:
+        return None
+    batch, seq, _ = val.shape
+    if _dim(split) % 3 != 1 or split.args[1] * group_size != seq or _dim(cat) % 3 != 0:
+        return None
+    return batch, seq // group_size
 
 
 def matmul_sites(gm: fx.GraphModule, options: DecomposeOptions = DecomposeOptions()) -> list[MatmulSite]:
@@ -567,7 +592,54 @@ def _write_all_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
     _erase_unread(graph, [wait, ag])
 
 
+def _write_sequence_scatter(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
+    """A batch-major reduce_scatter site (`_sequence_scatter`) in ``k`` chunks of its result's rows: whole batch
+    entries where ``k`` divides the batch, else ranges of each rank's positions across every batch entry. Chunk
+    ``j`` takes the matmul's input rows that reach it, ordered (rank, batch, position) as the scatter wants them
+    (one copy of ``1/k`` of the input), multiplies and scatters them on its own; the results are joined along
+    the batch or the positions, where `solvercast.rewrites.chunk_flow` can carry them on as chunks."""
+    graph = gm.graph
+    by_name = {n.name: n for n in graph.nodes}
+    rs, wait, mm = by_name[site.collective], by_name[site.wait], by_name[site.matmuls[0]]
+    args = bound_args(rs, _REDUCE_SCATTER)
+    size = args["group_size"]
+    batch, seq, cols = node_val(by_name[site.chain[0]]).shape
+    local = seq // size
+    is_mm = op_target(mm.target) is _ATEN.mm.default
+    rows = mm.args[0] if is_mm else mm.args[1]
+    k_dim = node_val(rows).shape[1]
+    by_batch = batch % k == 0
+    entries, step = (batch // k, local) if by_batch else (batch, local // k)
+    b = FakeNodeBuilder(graph, _mode_of(mm))
+    tag = f"{site.collective}_x{k}"
+    launches = []
+    with graph.inserting_before(mm):
+        blocks = b.add(_ATEN.reshape.default, (rows, [batch, size, local, k_dim]), f"{tag}_blocks")
+        for j in range(k):
+            part = b.add(_ATEN.slice.Tensor, (blocks, 0, j * entries, (j + 1) * entries) if by_batch
+                         else (blocks, 2, j * step, (j + 1) * step), f"{tag}_in")
+            ordered = b.add(_ATEN.clone.default, (b.add(_ATEN.permute.default, (part, [1, 0, 2, 3]), f"{tag}_ranks"),),
+                            f"{tag}_contiguous", {"memory_format": torch.contiguous_format})
+            flat = b.add(_ATEN.view.default, (ordered, [size * entries * step, k_dim]), f"{tag}_rows")
+            product = b.add(_ATEN.mm.default, (flat, mm.args[1]), f"{mm.name}_part", dict(mm.kwargs)) if is_mm else \
+                b.add(_ATEN.addmm.default, (mm.args[0], flat, mm.args[2]), f"{mm.name}_part", dict(mm.kwargs))
+            launches.append(b.add(_REDUCE_SCATTER, (product, args["reduce_op"], size, args["group_name"]),
+                                  f"{tag}_launch"))
+    with graph.inserting_before(wait):
+        chunks = [b.add(_ATEN.view.default, (b.add(wait_op(), (launch,), f"{tag}_wait"), [entries, step, cols]),
+                        f"{tag}_chunk") for launch in launches]
+        out = b.add(_ATEN.cat.default, (chunks, 0 if by_batch else 1), f"{tag}_cat")
+    wait.replace_all_uses_with(out)
+    for user in list(rs.users):  # the graph's output (`_waited_once`)
+        if user.op == "output":
+            user.replace_input_with(rs, out)
+    _erase_unread(graph, [wait, rs, *(by_name[n] for n in site.chain), mm])
+
+
 def _write_reducing(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
+    if site.layout == "batch_major":
+        _write_sequence_scatter(gm, site, k)
+        return
     graph = gm.graph
     by_name = {n.name: n for n in graph.nodes}
     rs, wait, mm = by_name[site.collective], by_name[site.wait], by_name[site.matmuls[0]]
@@ -645,6 +717,7 @@ def apply_decomposition(gm: fx.GraphModule, plan: DecomposePlan,
             _write_all_gather(out, site, degree)
         else:
             _write_reducing(out, site, degree)
+    carry_chunks(out.graph)
     out.graph.lint()
     out.recompile()
     return out
