@@ -9,7 +9,7 @@ alone, so one chunk's norm and gather run while the next chunk is still being re
 `carry_chunks` rewrites a graph in place. It takes every set of cuts ``slice(x, d, lo, hi)`` that splits ``x``
 along ``d`` into equal chunks and walks up from ``x``:
 
-* an op tagged pointwise (dtype conversions included), or a reduction over dimensions after ``d``, is
+* an op tagged pointwise, a dtype conversion, or a reduction over dimensions after ``d``, is
   written once per chunk on its operands' chunks (an operand broadcast along ``d`` is read whole);
 * a join ``cat(pieces, d)`` whose pieces are the chunks gives them up as they are;
 * anything else is cut by a view.
@@ -75,6 +75,7 @@ class _Carrier:
         self.graph = graph
         self.memo: dict[tuple[fx.Node, int, Range], fx.Node] = {}
         self.written: dict[tuple[fx.Node, int], dict[Range, fx.Node]] = {}  # (op, d) -> its chunks
+        self.joins: set[fx.Node] = set()  # joins whose pieces were taken as chunks
 
     def _builder(self, *nodes: fx.Node) -> FakeNodeBuilder:
         fakes = [v for v in (node_val(n) for n in nodes) if isinstance(v, FakeTensor)]
@@ -96,7 +97,8 @@ class _Carrier:
             if not _tensor(source) or not dims or any(k % source.dim() <= d for k in dims):
                 return None
             return {0: d}
-        if torch.Tag.pointwise not in target.tags:
+        if torch.Tag.pointwise not in target.tags and not (target is _ATEN._to_copy.default
+                                                            and set(node.kwargs) <= {"dtype"}):
             return None
         dims: dict[int, int | None] = {}
         for i, arg in enumerate(node.args):
@@ -126,6 +128,7 @@ class _Carrier:
         piece = self._piece(node, d, span)
         if piece is not None:
             new = piece
+            self.joins.add(node)
         elif (dims := self.operand_dims(node, d)) is not None:
             args = tuple(self.chunk(a, dims[i], span) if dims.get(i) is not None else a for i, a in enumerate(node.args))
             with self.graph.inserting_after(node):
@@ -155,7 +158,8 @@ class _Carrier:
         return None
 
     def finish(self) -> None:
-        """Each op written per chunk: joined from its chunks where still read whole, else erased."""
+        """Each op written per chunk: joined from its chunks where still read whole, else erased; so are the
+        joins whose pieces now stand for them."""
         order = {n: i for i, n in enumerate(self.graph.nodes)}
         done: set[fx.Node] = set()
         for (node, d), chunks in sorted(self.written.items(), key=lambda item: -order[item[0][0]]):
@@ -169,6 +173,9 @@ class _Carrier:
                     joined = self._builder(*parts).add(_CAT, (parts, d), f"{node.name}_joined")
                 node.replace_all_uses_with(joined)
             self.graph.erase_node(node)
+        for join in self.joins:  # a join nothing reads whole any more
+            if not join.users:
+                self.graph.erase_node(join)
 
 
 def carry_chunks(graph: fx.Graph) -> int:

@@ -106,13 +106,18 @@ def test_a_matmul_all_reduced_is_a_site():
     assert site.kind == "matmul_all_reduce" and site.degrees == (2, 4, 8)
 
 
-def test_a_sequence_scatter_at_batch_two_is_a_site_and_keeps_every_rank_s_values():
-    """At batch 2 DTensor's split along the sequence and cat along dim 0 reorder the product's rows; the
-    split leaves the columns alone, so each column slice is laid out the same way again and scattered."""
+@pytest.mark.parametrize("degree", [2, 4])
+def test_a_sequence_scatter_at_batch_two_is_a_site_and_keeps_every_rank_s_values(degree):
+    """At batch 2 DTensor's split along the sequence and cat along dim 0 reorder the product's rows (each rank
+    receives its positions of both batch entries); a chunk takes whole batch entries (degree 2) or a range of
+    every rank's positions (4): the matmul's input rows that reach it, in (rank, batch, position) order."""
     gm = _matmul_scatter("split_cat", batch=2)
     (site,) = matmul_sites(gm)
     assert site.kind == "matmul_reduce_scatter" and len(site.chain) == RANKS + 3  # view, split, pieces, cat
-    out = apply_decomposition(gm, DecomposePlan.of({site.collective: 4}))
+    assert site.layout == "batch_major" and site.degrees == (2, 4, 8)
+    out = apply_decomposition(gm, DecomposePlan.of({site.collective: degree}))
+    joins = [n for n in out.graph.nodes if n.target is torch.ops.aten.cat.default]
+    assert [j.args[1] for j in joins] == [0 if degree == 2 else 1]  # the results joined along batch or positions
     rank_args = [random_inputs(gm, seed=r) for r in range(RANKS)]
     for a, b in zip(run_ranks(gm, rank_args), run_ranks(out, rank_args)):
         torch.testing.assert_close(a, b)
