@@ -186,6 +186,7 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
     split = None
     if decompose is not None:  # judged on the bucketed graph: the step it would otherwise run
         given = limits(plan.decompose_share)
+        given["extract_work_per_task"] += plan.decompose_write_seconds_per_task * rate  # each plan is written first
         if choice is not None:  # the work the bucket search left (it stops early where no plan is left to try)
             left = max(0.0, bucket_limits["work_limit"] - choice.work_spent)
             given["work_limit"] += left

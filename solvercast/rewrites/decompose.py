@@ -30,11 +30,17 @@ and how it is written:
     chain again and reduce-scattered on its own, the results concatenated along the columns. Where the
     chain re-reads the product in its own flat order with whole rows per rank ("flat": views, DTensor's
     split/cat at batch 1) it is left out.
+    DTensor's sequence scatter at batch ``B`` > 1 (the product viewed ``(B, S, N)``, split along the sequence,
+    concatenated on dim 0: each rank receives its positions of every batch entry) is split by the result's
+    rows instead: whole batch entries, or ranges of each rank's positions across every entry (the gather's
+    chunks), each chunk the matmul's input rows that reach it, ordered (rank, batch, position) (one copy of
+    ``1/k`` of the input), multiplied and scattered on its own ("batch_major").
   - ``matmul_all_reduce``: the same with an all_reduce (a plain tensor-parallel block's row-parallel
     matmul): each column slice's product all-reduced on its own, the results concatenated.
 
-* `apply_decomposition`: a new module with each site of a plan written at its degree; ``gm`` is not
-  modified. Collectives keep their group, size and reduce op: every rank builds the same chunks.
+* `apply_decomposition`: a new module with each site of a plan written at its degree, then chunks carried
+  through the pointwise work between a split's joined result and the next split's cuts
+  (`solvercast.rewrites.chunk_flow`); ``gm`` is not modified. Collectives keep their group, size and reduce op: every rank builds the same chunks.
 
 Numerics: each output element is the same dot product over the same ranks' data, but a matmul of other
 sizes may block its sums differently and a transport may sum a chunk in another order, so the results
@@ -114,7 +120,8 @@ class MatmulSite:
     comm_bytes: int  # this rank's input to the collective
     # all_gather: how the gathered rows are read: "rank_major" (the buffer as it is) or "batch_major" (DTensor's
     # sequence gather at batch > 1: split into ranks' blocks, concatenated along the sequence); reducing:
-    # "flat" (the chain re-reads the product in its own order) or "columns" (the chain replayed per slice)
+    # "flat" (the chain re-reads the product in its own order), "columns" (the chain replayed per slice) or
+    # "batch_major" (DTensor's sequence scatter at batch > 1: split by the result's rows)
     layout: str = "rank_major"
 
 
