@@ -74,7 +74,9 @@ class _Carrier:
     def __init__(self, graph: fx.Graph):
         self.graph = graph
         self.memo: dict[tuple[fx.Node, int, Range], fx.Node] = {}
-        self.written: dict[tuple[fx.Node, int], dict[Range, fx.Node]] = {}  # (op, d) -> its chunks
+        # (op, d, chunk width) -> its chunks: an op two partitions reach (a residual read by gathers split at two
+        # degrees) is written for each, and each partition alone rebuilds it
+        self.written: dict[tuple[fx.Node, int, int], dict[Range, fx.Node]] = {}
         self.joins: set[fx.Node] = set()  # joins whose pieces were taken as chunks
 
     def _builder(self, *nodes: fx.Node) -> FakeNodeBuilder:
@@ -134,7 +136,7 @@ class _Carrier:
             with self.graph.inserting_after(node):
                 new = self._builder(node, *[a for a in args if isinstance(a, fx.Node)]).add(
                     node.target, args, f"{node.name}_chunk", dict(node.kwargs))
-            self.written.setdefault((node, d), {})[span] = new
+            self.written.setdefault((node, d, hi - lo), {})[span] = new
         else:
             with self.graph.inserting_after(node):
                 new = self._builder(node).add(_SLICE, (node, d, lo, hi), f"{node.name}_cut")
@@ -162,8 +164,8 @@ class _Carrier:
         joins whose pieces now stand for them."""
         order = {n: i for i, n in enumerate(self.graph.nodes)}
         done: set[fx.Node] = set()
-        for (node, d), chunks in sorted(self.written.items(), key=lambda item: -order[item[0][0]]):
-            if node in done:  # written along two dimensions: its whole readers already joined once
+        for (node, d, _), chunks in sorted(self.written.items(), key=lambda item: -order[item[0][0]]):
+            if node in done:  # written for two partitions: its whole readers already read one's join
                 continue
             done.add(node)
             if node.users:
@@ -198,7 +200,7 @@ def carry_chunks(graph: fx.Graph) -> int:
             graph.erase_node(node)
             for user in list(new.users):  # a cut's contiguous copy, where the chunk is computed contiguous
                 if op_target(user.target) is _ATEN.clone.default and user.args[0] is new \
-                        and node_val(new).is_contiguous() and (new.op, new.target) != ("call_function", _SLICE):
+                        and node_val(new).is_contiguous() and new.target is not _SLICE:
                     user.replace_all_uses_with(new)
                     graph.erase_node(user)
     written = len(carrier.written)

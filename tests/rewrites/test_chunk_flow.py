@@ -102,3 +102,22 @@ def test_a_llama_forward_at_batch_two_gathers_each_chunk_after_its_own_scatter_c
     for a, b in zip(run_ranks(gm, rank_args), run_ranks(out, rank_args)):
         for x, y in zip(a, b):
             torch.testing.assert_close(x, y)
+
+
+def test_a_value_two_partitions_reach_is_rebuilt_from_one_of_them():
+    """A residual sum read by two cut sets of different widths (a layer's gathers split at two degrees) and
+    also returned whole: each partition gets its own chunks, the whole value is joined from one of them."""
+
+    def step(a, b, r):
+        h = torch.cat([a, b], 1) + r
+        x, y = h * 2, h * 3
+        return (*(x[:, j * 2:(j + 1) * 2] for j in range(4)), *(y[:, j * 4:(j + 1) * 4] for j in range(2)), h)
+
+    gm = make_fx(step, tracing_mode="fake")(torch.empty(2, 4, 3), torch.empty(2, 4, 3), torch.empty(2, 8, 3))
+    args = random_inputs(gm, seed=5)
+    expected = gm(*args)
+    carry_chunks(gm.graph)
+    gm.graph.lint()
+    gm.recompile()
+    assert all(torch.equal(x, y) for x, y in zip(expected, gm(*args)))
+    assert len(_ops(gm, ATEN.add.Tensor)) == 6  # the sum per chunk of each partition, never whole
