@@ -40,14 +40,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.fx as fx
-from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from solvercast.errors import RewriteError
 from solvercast.graph.collectives import collective_kind_and_group, wait_op
 from solvercast.graph.fxmeta import bound_args, node_val, op_target
 from solvercast.graph.nodes import NodeKind, classify
-from solvercast.rewrites.fake_nodes import FakeNodeBuilder
+from solvercast.rewrites.fake_nodes import FakeNodeBuilder, fake_mode_of
 
 __all__ = ["BUCKET_KINDS", "BITWISE_KINDS", "BUCKET_MEMBERS", "BucketOptions", "Site", "BucketPlan", "BucketGraph", "bucket_sites",
            "apply_buckets"]
@@ -263,8 +262,7 @@ class _Writer:
         """The fake mode of bucket ``i``'s members' inputs (one: it is part of their key), else a new one
         (values traced with real tensors)."""
         if i not in self.modes:
-            vals = [node_val(self.by_name[name].args[0]) for name in self.buckets[i]]
-            self.modes[i] = detect_fake_mode([v for v in vals if isinstance(v, FakeTensor)]) or FakeTensorMode()
+            self.modes[i] = fake_mode_of([self.by_name[name].args[0] for name in self.buckets[i]])
         return self.modes[i]
 
     def write(self) -> fx.GraphModule:

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import torch
 import torch.fx as fx
-from torch._guards import detect_fake_mode
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from solvercast.graph.fxmeta import bound_args, node_val, op_target
-from solvercast.rewrites.fake_nodes import FakeNodeBuilder
+from solvercast.rewrites.fake_nodes import FakeNodeBuilder, fake_mode_of
 
 __all__ = ["carry_chunks"]
 
@@ -80,8 +78,7 @@ class _Carrier:
         self.joins: set[fx.Node] = set()  # joins whose pieces were taken as chunks
 
     def _builder(self, *nodes: fx.Node) -> FakeNodeBuilder:
-        fakes = [v for v in (node_val(n) for n in nodes) if isinstance(v, FakeTensor)]
-        return FakeNodeBuilder(self.graph, detect_fake_mode(fakes) or FakeTensorMode())
+        return FakeNodeBuilder(self.graph, fake_mode_of(nodes))
 
     def operand_dims(self, node: fx.Node, d: int) -> dict[int, int | None] | None:
         """For an op that may be written per chunk along ``d``: each tensor argument's position -> the

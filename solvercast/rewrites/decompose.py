@@ -55,14 +55,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.fx as fx
-from torch._guards import detect_fake_mode
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor
 
 from solvercast.errors import RewriteError
 from solvercast.graph.collectives import collective_kind_and_group, wait_op
 from solvercast.graph.fxmeta import bound_args, node_val, op_target
 from solvercast.rewrites.chunk_flow import carry_chunks
-from solvercast.rewrites.fake_nodes import FakeNodeBuilder, copy_graph
+from solvercast.rewrites.fake_nodes import FakeNodeBuilder, copy_graph, fake_mode_of
 
 __all__ = ["DECOMPOSE_KINDS", "DEGREES", "DecomposeOptions", "MatmulSite", "DecomposePlan", "matmul_sites",
            "apply_decomposition"]
@@ -449,11 +448,6 @@ def matmul_sites(gm: fx.GraphModule, options: DecomposeOptions = DecomposeOption
     return sites
 
 
-def _mode_of(*nodes: fx.Node) -> FakeTensorMode:
-    vals = [node_val(n) for n in nodes]
-    return detect_fake_mode([v for v in vals if isinstance(v, FakeTensor)]) or FakeTensorMode()
-
-
 def _erase_unread(graph: fx.Graph, nodes) -> None:
     """Erase ``nodes`` (any order) as they become unread."""
     left = list(nodes)
@@ -486,7 +480,7 @@ def _write_sequence_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None
     size, group = ag.args[1], ag.args[2]
     by_batch = batch % k == 0
     entries, step = (batch // k, seq) if by_batch else (batch, seq // k)  # each chunk's batch entries, positions
-    b = FakeNodeBuilder(graph, _mode_of(x))
+    b = FakeNodeBuilder(graph, fake_mode_of([x]))
     tag = f"{site.collective}_x{k}"
     with graph.inserting_before(ag):
         if by_batch:
@@ -565,7 +559,7 @@ def _write_all_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
     k_dim = x_val.shape[-1]
     rows = x_val.numel() // k_dim
     step = rows // k
-    b = FakeNodeBuilder(graph, _mode_of(x))
+    b = FakeNodeBuilder(graph, fake_mode_of([x]))
     tag = f"{site.collective}_x{k}"
     with graph.inserting_before(ag):
         flat = b.add(_ATEN.view.default, (x, [rows, k_dim]), f"{tag}_rows")
@@ -617,7 +611,7 @@ def _write_sequence_scatter(gm: fx.GraphModule, site: MatmulSite, k: int) -> Non
     k_dim = node_val(rows).shape[1]
     by_batch = batch % k == 0
     entries, step = (batch // k, local) if by_batch else (batch, local // k)
-    b = FakeNodeBuilder(graph, _mode_of(mm))
+    b = FakeNodeBuilder(graph, fake_mode_of([mm]))
     tag = f"{site.collective}_x{k}"
     launches = []
     with graph.inserting_before(mm):
@@ -655,7 +649,7 @@ def _write_reducing(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
     is_mm = op_target(mm.target) is _ATEN.mm.default
     cols = node_val(mm).shape[1]
     step = cols // k
-    b = FakeNodeBuilder(graph, _mode_of(mm))
+    b = FakeNodeBuilder(graph, fake_mode_of([mm]))
     tag = f"{site.collective}_x{k}"
     launches = []
     with graph.inserting_before(mm):

@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import torch
 import torch.fx as fx
+from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils._pytree import tree_map
 
-__all__ = ["FakeNodeBuilder", "copy_graph"]
+from solvercast.graph.fxmeta import node_val
+
+__all__ = ["FakeNodeBuilder", "copy_graph", "fake_mode_of"]
+
+
+def fake_mode_of(nodes) -> FakeTensorMode:
+    """The fake mode the values of ``nodes`` were made in (a new one where none is fake: a graph traced with
+    real tensors); new values that meet them must be made in it."""
+    vals = [node_val(n) for n in nodes if isinstance(n, fx.Node)]
+    return detect_fake_mode([v for v in vals if isinstance(v, FakeTensor)]) or FakeTensorMode()
 
 
 class FakeNodeBuilder:

@@ -32,13 +32,12 @@ from dataclasses import dataclass
 
 import torch
 import torch.fx as fx
-from torch._guards import detect_fake_mode
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor
 
 from solvercast.errors import RewriteError
 from solvercast.graph.collectives import collective_kind_and_group, wait_op
 from solvercast.graph.fxmeta import bound_args, node_val, op_target
-from solvercast.rewrites.fake_nodes import FakeNodeBuilder, copy_graph
+from solvercast.rewrites.fake_nodes import FakeNodeBuilder, copy_graph, fake_mode_of
 
 __all__ = ["ROW_WISE", "SPSite", "sp_sites", "row_region", "apply_sequence_parallel"]
 
@@ -202,9 +201,7 @@ class _Writer:
         self.waits = {by_name[s.wait]: by_name[s.collective] for s in sites}
         self.folded = {by_name[s.wait] for s in region.folds.values()}
         self.in_region = set(region.nodes)
-        vals = [node_val(n) for n in gm.graph.nodes]
-        self.builder = FakeNodeBuilder(self.graph, detect_fake_mode([v for v in vals if isinstance(v, FakeTensor)])
-                                       or FakeTensorMode())
+        self.builder = FakeNodeBuilder(self.graph, fake_mode_of(gm.graph.nodes))
 
     def add(self, target, args, name: str, kwargs=None) -> fx.Node:
         return self.builder.add(target, args, name, kwargs)
