@@ -40,7 +40,8 @@ and how it is written:
 
 * `apply_decomposition`: a new module with each site of a plan written at its degree, then chunks carried
   through the pointwise work between a split's joined result and the next split's cuts
-  (`solvercast.rewrites.chunk_flow`); ``gm`` is not modified. Collectives keep their group, size and reduce op: every rank builds the same chunks.
+  (`solvercast.rewrites.chunk_flow`); ``gm`` is not modified. Collectives keep their group, size and reduce
+  op: every rank builds the same chunks.
 
 Numerics: each output element is the same dot product over the same ranks' data, but a matmul of other
 sizes may block its sums differently and a transport may sum a chunk in another order, so the results
