@@ -63,7 +63,7 @@ class TimePlanTuning:
     #: share of the time limit that one decomposition plan's heuristics may spend
     decompose_plan_share: float = 0.25 / 12
     #: seconds per task of writing a decomposition plan's graph (a fake value for every node it adds, chunks
-    #: carried through pointwise work), counted with its extraction: measured 2.5 s for `fw_64_2d` at x4
+    #: carried through pointwise work), counted with its extraction: measured 3.0 s for `fw_64_2d` at x4
     #: (12,235 tasks), where extraction takes 0.5 s
     decompose_write_seconds_per_task: float = 2.5e-4
     #: reference microseconds of heuristic work (`heuristics.work.PASS_COST_US`) bought by one second: the

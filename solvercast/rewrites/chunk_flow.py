@@ -179,7 +179,7 @@ class _Carrier:
 
 def carry_chunks(graph: fx.Graph) -> int:
     """Carry chunks through the pointwise work above every equal partition of cuts in ``graph`` (see the
-    module docstring). Returns how many ops were written per chunk."""
+    module docstring). Returns how many ops were written per chunk (an op two partitions reach counts twice)."""
     cuts: dict[tuple[fx.Node, int], list[tuple[fx.Node, Range]]] = {}
     for node in graph.nodes:
         found = _cut(node)

@@ -594,6 +594,15 @@ def _write_all_gather(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
     _erase_unread(graph, [wait, ag])
 
 
+def _stand_in(collective: fx.Node, wait: fx.Node, joined: fx.Node) -> None:
+    """The joined chunks read wherever the collective's wait was, and by the graph's output where it read the
+    collective itself (`_waited_once`)."""
+    wait.replace_all_uses_with(joined)
+    for user in list(collective.users):
+        if user.op == "output":
+            user.replace_input_with(collective, joined)
+
+
 def _write_sequence_scatter(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
     """A batch-major reduce_scatter site (`_sequence_scatter`) in ``k`` chunks of its result's rows: whole batch
     entries where ``k`` divides the batch, else ranges of each rank's positions across every batch entry. Chunk
@@ -631,10 +640,7 @@ def _write_sequence_scatter(gm: fx.GraphModule, site: MatmulSite, k: int) -> Non
         chunks = [b.add(_ATEN.view.default, (b.add(wait_op(), (launch,), f"{tag}_wait"), [entries, step, cols]),
                         f"{tag}_chunk") for launch in launches]
         out = b.add(_ATEN.cat.default, (chunks, 0 if by_batch else 1), f"{tag}_cat")
-    wait.replace_all_uses_with(out)
-    for user in list(rs.users):  # the graph's output (`_waited_once`)
-        if user.op == "output":
-            user.replace_input_with(rs, out)
+    _stand_in(rs, wait, out)
     _erase_unread(graph, [wait, rs, *(by_name[n] for n in site.chain), mm])
 
 
@@ -674,10 +680,7 @@ def _write_reducing(gm: fx.GraphModule, site: MatmulSite, k: int) -> None:
         out = b.add(_ATEN.cat.default, (waits, -1), f"{tag}_cat")
         if site.layout == "flat":
             out = b.add(_ATEN.view.default, (out, list(node_val(wait).shape)), f"{tag}_out")
-    wait.replace_all_uses_with(out)
-    for user in list(rs.users):  # the graph's output (`_waited_once`)
-        if user.op == "output":
-            user.replace_input_with(rs, out)
+    _stand_in(rs, wait, out)
     _erase_unread(graph, [wait, rs, *chain, mm])
 
 
