@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import torch.fx as fx
 
+from solvercast.errors import SolvercastError
 from solvercast.ir.problem import Problem
 from solvercast.ir.schedule import Schedule
 from solvercast.ir.simulate import SimResult, idle_points
@@ -85,7 +86,8 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     ``deadline``: a `time.perf_counter` reading after which no plan is tried (wall clock: pass it only where
     ranks need not agree)."""
     started = time.perf_counter()
-    graph = BucketGraph(gm, options)
+    names = [t.name for t in unbucketed.problem.tasks]
+    graph = BucketGraph(gm, options, order_edges=[(names[a], names[b]) for a, b in unbucketed.problem.edges])
     # the kinds with two sites or more (one site merges with nothing), most bytes first
     bytes_of = {k: sum(s.input_bytes for s in graph.sites if s.kind == k) for k in {s.kind for s in graph.sites}
                 if sum(s.kind == k for s in graph.sites) >= 2}
@@ -105,8 +107,13 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     def trial(plan: BucketPlan, what: str = "") -> int | None:
         """Judge ``plan``; keep it when its step is the shortest so far. Its step (None: over the budget)."""
         nonlocal best_judged
-        bucketed = apply_buckets(gm, plan, graph)
-        extracted = extract(bucketed)
+        try:
+            bucketed = apply_buckets(gm, plan, graph)
+            extracted = extract(bucketed)
+        except SolvercastError as e:  # a candidate the graph cannot take is rejected, never the caller's error
+            best.tried.append((what + plan.describe(graph.by_name), None))
+            say(f"buckets: {what}{plan.describe(graph.by_name)}: rejected ({e})")
+            return None
         judged = judge.judge(extracted)
         step = None if judged is None else judged[2].makespan
         best.tried.append((what + plan.describe(graph.by_name), step))

@@ -153,29 +153,54 @@ def bucket_sites(gm: fx.GraphModule, options: BucketOptions = BucketOptions()) -
     return sites
 
 
+def _order_edges(gm: fx.GraphModule) -> list[tuple[str, str]]:
+    """The (earlier, later) node name pairs ``gm``'s extracted problem keeps in order."""
+    from solvercast.fx.extract import extract_problem  # the one reading of storages, writes and fences
+
+    problem = extract_problem(gm)
+    names = [t.name for t in problem.tasks]
+    return [(names[a], names[b]) for a, b in problem.edges]
+
+
 class BucketGraph:
     """The sites of one graph and which of them may share a launch.
 
-    ``after[s]``: the sites whose wait some ancestor of site ``s``'s input is (or is downstream of), as a
-    bit set: a bucket holding ``s`` and one of them would wait on its own result."""
+    A bucket moves launches and waits, so legality is read on every order the graph keeps, not only its
+    data edges: ``order_edges`` are (earlier node, later node) name pairs that must stay in that order, the
+    edges of ``gm``'s extracted `Problem` (writes and reads of one storage through views, in-place and
+    coalesced collectives, ``out=`` writes; fences). None extracts them.
 
-    def __init__(self, gm: fx.GraphModule, options: BucketOptions = BucketOptions()):
+    ``after[s]``: the sites whose wait some ancestor of site ``s``'s input is (or is downstream of), as a
+    bit set: a bucket holding ``s`` and one of them would wait on its own result. Two buckets can still
+    need each other (each one's input downstream of the other's wait): `cycle` finds that on the whole plan."""
+
+    def __init__(self, gm: fx.GraphModule, options: BucketOptions = BucketOptions(),
+                 order_edges: list[tuple[str, str]] | None = None):
         self.gm = gm
         self.sites = bucket_sites(gm, options)
         self.by_name = {s.collective: s for s in self.sites}
+        self.nodes = list(gm.graph.nodes)
+        self.node_named = by_name = {n.name: n for n in self.nodes}
+        if order_edges is None:
+            order_edges = _order_edges(gm) if self.sites else []
+        #: what must be written before each node: its inputs and the nodes the graph orders before it
+        self.needs: dict[fx.Node, list[fx.Node]] = {n: list(n.all_input_nodes) for n in self.nodes}
+        for a, b in order_edges:
+            if by_name[a] not in self.needs[by_name[b]]:
+                self.needs[by_name[b]].append(by_name[a])
         index = {s.wait: i for i, s in enumerate(self.sites)}
         below: dict[fx.Node, int] = {}  # node -> the sites' waits it depends on (bit set)
         collective_input: dict[str, int] = {}
         wanted = {s.collective for s in self.sites}
-        for node in gm.graph.nodes:
+        for node in self.nodes:  # graph order: the order edges run forward in it, as the data edges do
             bits = 0
-            for inp in node.all_input_nodes:
+            for inp in self.needs[node]:
                 bits |= below.get(inp, 0)
             if node.name in index:
                 bits |= 1 << index[node.name]
             below[node] = bits
-            if node.name in wanted:
-                collective_input[node.name] = below.get(node.args[0], 0)
+            if node.name in wanted:  # what the launch needs: its input and whatever it is ordered after
+                collective_input[node.name] = bits
         self.after = [collective_input[s.collective] for s in self.sites]
         self.position = {s.collective: i for i, s in enumerate(self.sites)}
 
@@ -187,6 +212,46 @@ class BucketGraph:
             return False
         mask = sum(1 << i for i in members)
         return all(not self.after[i] & mask for i in members)
+
+    def cycle(self, plan: BucketPlan) -> tuple[str, ...] | None:
+        """A bucket of ``plan`` on a cycle of the graph ``plan`` writes (each bucket's launch one node, its wait
+        one node), as its member names; None when the written graph is acyclic."""
+        rep = {}  # node -> the node it becomes: a bucket's launch or its wait
+        for i, bucket in enumerate(plan.buckets):
+            for name in bucket:
+                rep[self.node_named[name]] = ("launch", i)
+                rep[self.node_named[self.by_name[name].wait]] = ("wait", i)
+        of = lambda n: rep.get(n, n)  # noqa: E731
+        preds: dict = defaultdict(set)
+        for node in self.nodes:
+            for p in self.needs[node]:
+                if of(p) != of(node):
+                    preds[of(node)].add(of(p))
+        members = {of(n) for n in self.nodes}
+        succs: dict = defaultdict(list)
+        indegree = {m: len(preds[m]) for m in members}
+        for m in members:
+            for p in preds[m]:
+                succs[p].append(m)
+        ready = [m for m in members if not indegree[m]]
+        while ready:
+            m = ready.pop()
+            for s in succs[m]:
+                indegree[s] -= 1
+                if not indegree[s]:
+                    ready.append(s)
+        left = {m for m in members if indegree[m]}
+        if not left:
+            return None
+        # every node left has a predecessor left: walk back until one repeats, then take a bucket on that loop
+        seen: dict = {}
+        m = next(iter(left))
+        while m not in seen:
+            seen[m] = len(seen)
+            m = next(p for p in preds[m] if p in left)
+        loop = [k for k, at in seen.items() if at >= seen[m]]
+        bucket = next(k for k in loop if isinstance(k, tuple))
+        return plan.buckets[bucket[1]]
 
     def by_key(self) -> dict[tuple, list[Site]]:
         """The sites of each key, in graph order."""
@@ -215,6 +280,19 @@ class BucketGraph:
                                    "result; one launch would wait on itself")
             if list(bucket) != sorted(bucket, key=self.position.__getitem__):
                 raise RewriteError(f"bucket {list(bucket)} is not in graph order")
+        looped = self.cycle(plan)
+        if looped is not None:
+            raise RewriteError(f"bucket {list(looped)} and another need each other (each one's input waits on "
+                               "the other's result, through data or the order of writes): the plan cannot be written")
+
+    def without_cycles(self, plan: BucketPlan) -> BucketPlan:
+        """``plan`` with every bucket on a cycle of its written graph halved (by count, graph order kept) until
+        none is left: splitting a bucket only removes orders, so this ends, at worst with no bucket."""
+        while (looped := self.cycle(plan)) is not None:
+            cut = len(looped) // 2
+            plan = BucketPlan(tuple(part for bucket in plan.buckets
+                                    for part in ((looped[:cut], looped[cut:]) if bucket == looped else (bucket,))))
+        return plan
 
     def greedy(self, cap_bytes: dict[str, int]) -> BucketPlan:
         """Consecutive sites of one key, in graph order, share a launch while their inputs total at most
@@ -238,7 +316,9 @@ class BucketGraph:
                 mask |= 1 << i
             buckets.append(tuple(c.collective for c in current))
         order = {s.collective: i for i, s in enumerate(self.sites)}
-        return BucketPlan(tuple(sorted((b for b in buckets if len(b) >= 2), key=lambda b: order[b[0]])))
+        # each bucket is legal alone; two of them (of two kinds, say) may still need each other
+        return self.without_cycles(
+            BucketPlan(tuple(sorted((b for b in buckets if len(b) >= 2), key=lambda b: order[b[0]]))))
 
 
 class _Writer:
@@ -246,11 +326,12 @@ class _Writer:
     launch where its first member was, pulling the other members' inputs up; its wait where its first
     member's wait was."""
 
-    def __init__(self, gm: fx.GraphModule, plan: BucketPlan, sites: dict[str, Site]):
-        self.gm, self.sites = gm, sites
+    def __init__(self, graph: BucketGraph, plan: BucketPlan):
+        self.gm, self.sites, self.order_needs = graph.gm, graph.by_name, graph.needs
         self.graph = fx.Graph()
         self.env: dict[fx.Node, fx.Node] = {}
-        self.by_name = {n.name: n for n in gm.graph.nodes}
+        self.by_name = graph.node_named
+        sites = self.sites
         self.bucket_of = {name: i for i, b in enumerate(plan.buckets) for name in b}
         self.wait_bucket = {sites[name].wait: i for i, b in enumerate(plan.buckets) for name in b}
         self.buckets = plan.buckets
@@ -273,28 +354,37 @@ class _Writer:
         return out
 
     def _emit(self, root: fx.Node) -> None:
-        stack = [root]  # iterative: graphs run to thousands of nodes deep
+        # iterative depth-first (graphs run to thousands of nodes deep); (node, True) is placed once what it
+        # needs is. A node met again while it waits for its needs is on a cycle: `BucketGraph.check` refuses
+        # such plans, and this keeps any that slips through from growing the stack without end.
+        stack = [(root, False)]
+        waiting: set[fx.Node] = set()
         while stack:
-            node = stack[-1]
+            node, expanded = stack.pop()
             if node in self.env:
-                stack.pop()
                 continue
-            pending = [inp for inp in self._needs(node) if inp not in self.env]
-            if pending:
-                stack.extend(reversed(pending))
+            if expanded:
+                waiting.discard(node)
+                self._place(node)
                 continue
-            stack.pop()
-            self._place(node)
+            if node in waiting:
+                raise RewriteError(f"the bucketed graph has a cycle through {node.name!r}: the plan cannot be written")
+            waiting.add(node)
+            stack.append((node, True))
+            stack.extend((inp, False) for inp in reversed(self._needs(node)) if inp not in self.env)
 
     def _needs(self, node: fx.Node) -> list[fx.Node]:
-        """What must be written before ``node``: a bucket's launch needs every member's input."""
+        """What must be written before ``node``: its inputs and what the graph orders before it; for a bucket's
+        launch, what every member's launch needs, for its wait, what every member's wait needs."""
         i = self.bucket_of.get(node.name)
-        if i is not None:
-            return [self.by_name[name].args[0] for name in self.buckets[i]]
-        i = self.wait_bucket.get(node.name)
-        if i is not None:
-            return [self.by_name[name] for name in self.buckets[i]]
-        return node.all_input_nodes
+        if i is None:
+            i = self.wait_bucket.get(node.name)
+            if i is None:
+                return self.order_needs[node]
+            together = [self.by_name[self.sites[name].wait] for name in self.buckets[i]]
+        else:
+            together = [self.by_name[name] for name in self.buckets[i]]
+        return [inp for member in together for inp in self.order_needs[member] if inp not in together]
 
     def _place(self, node: fx.Node) -> None:
         i = self.bucket_of.get(node.name)
@@ -370,4 +460,4 @@ def apply_buckets(gm: fx.GraphModule, plan: BucketPlan, graph: BucketGraph | Non
     `RewriteError` for a plan this graph cannot take."""
     graph = BucketGraph(gm) if graph is None else graph
     graph.check(plan)
-    return _Writer(gm, plan, graph.by_name).write()  # with no bucket, a copy in the same order
+    return _Writer(graph, plan).write()  # with no bucket, a copy in the same order

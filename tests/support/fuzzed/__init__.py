@@ -1,0 +1,1 @@
+"""Programs a fuzz found failing, kept as they were generated."""
