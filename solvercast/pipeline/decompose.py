@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import torch.fx as fx
 
+from solvercast.errors import SolvercastError
 from solvercast.graph.nodes import NodeKind, classify
 from solvercast.pipeline.plan_judge import PlanJudge
 from solvercast.rewrites.decompose import (DecomposeOptions, DecomposePlan, MatmulSite, apply_decomposition,
@@ -84,9 +85,12 @@ def choose_decomposition(gm: fx.GraphModule, undecomposed, extract: Callable, bu
     base_step = judge.step(undecomposed)
     best = DecomposeChoice(DecomposePlan(), gm, undecomposed, sites, base_step, base_step)
     if reduced:
-        sp_gm = apply_sequence_parallel(gm, reduced)
-        starts.append((tuple(s.collective for s in reduced), sp_gm, extract(sp_gm),
-                       {s.collective: s for s in matmul_sites(sp_gm, options)}))
+        try:
+            sp_gm = apply_sequence_parallel(gm, reduced)
+            starts.append((tuple(s.collective for s in reduced), sp_gm, extract(sp_gm),
+                           {s.collective: s for s in matmul_sites(sp_gm, options)}))
+        except SolvercastError as e:  # the start the graph cannot take is left out, never the caller's error
+            say(f"decomposition: sequence parallel ({len(reduced)} all_reduces): rejected ({e})")
     for n, (sp, start_gm, start_extracted, start_sites) in enumerate(starts):
         limit = judge.share(work_limit, len(starts) - n)
         _search(best, sp, start_gm, start_extracted, start_sites, options, judge, extract, say, limit, deadline)
@@ -116,6 +120,7 @@ def _search(best: DecomposeChoice, sp: tuple, gm: fx.GraphModule, extracted, sit
         groups.setdefault(s.signature, []).append(s)
     first = {g: i for i, g in enumerate(groups)}
     signatures = sorted(groups, key=lambda g: (-sum(s.comm_bytes for s in groups[g]), first[g]))
+    rank = {g: i for i, g in enumerate(signatures)}
     prefix = f"sequence parallel ({len(sp)} all_reduces); " if sp else ""
 
     enough = float("inf") if best.original_step is None else best.original_step * (1.0 - options.min_gain)
@@ -131,9 +136,17 @@ def _search(best: DecomposeChoice, sp: tuple, gm: fx.GraphModule, extracted, sit
         return step
 
     def tried(trial: dict[tuple, int]) -> int | None:
-        plan = DecomposePlan.of({s.collective: trial[s.signature] for s in sites.values() if s.signature in trial})
-        graph = apply_decomposition(gm, plan, sites)
-        return judged(plan, graph, extract(graph))
+        # sites of the signatures with most bytes first: where two sites split one matmul, theirs is split
+        preferred = sorted((s for s in sites.values() if s.signature in trial), key=lambda s: rank[s.signature])
+        plan = DecomposePlan.applicable({s.collective: trial[s.signature] for s in preferred}, sites)
+        try:
+            graph = apply_decomposition(gm, plan, sites)
+            ex = extract(graph)
+        except SolvercastError as e:  # a candidate the graph cannot take is rejected, never the caller's error
+            best.tried.append((prefix + plan.describe(sites), None))
+            say(f"decomposition: {prefix}{plan.describe(sites)}: rejected ({e})")
+            return None
+        return judged(plan, graph, ex)
 
     def out_of(share: float | None) -> bool:
         return time.perf_counter() > deadline or (share is not None and judge.spent >= share)

@@ -135,6 +135,19 @@ class DecomposePlan:
     def of(cls, degrees: dict[str, int]) -> "DecomposePlan":
         return cls(tuple(sorted((n, d) for n, d in degrees.items() if d > 1)))
 
+    @classmethod
+    def applicable(cls, degrees: dict[str, int], sites: dict[str, "MatmulSite"]) -> "DecomposePlan":
+        """The plan of ``degrees`` (site -> degree, in order of preference) that `apply_decomposition` takes: a
+        matmul is split by one site at most (an all_gather's consumer may be a reduce_scatter's producer), so a
+        site whose matmul an earlier one splits stays whole."""
+        taken: set[str] = set()
+        kept = {}
+        for name, degree in degrees.items():
+            if degree > 1 and not taken.intersection(sites[name].matmuls):
+                taken.update(sites[name].matmuls)
+                kept[name] = degree
+        return cls.of(kept)
+
     def describe(self, sites: dict[str, MatmulSite]) -> str:
         """One line: per kind and degree, how many sites."""
         if not self.degrees:

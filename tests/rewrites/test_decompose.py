@@ -359,3 +359,39 @@ def test_the_report_of_a_split_names_the_caller_s_time_limit():
     res = optimize(_llama_8b_dims(8192), time_limit=7)
     assert res.decomposition is not None and res.report.time_limit == 7
     assert "(limit 7 s)" in str(res.report)
+
+
+def _gather_matmul_scatter(layers: int = 2):
+    """Each layer: x (8, 16) all-gathered to (32, 16) rows, one matmul, its product reduce-scattered back: the
+    matmul is both the gather's reader and the scatter's producer, so two sites split it."""
+    group = fake_group(RANKS, tag="dc4")
+
+    def step(x, *ws):
+        for w in ws:
+            rows = C10D.wait_tensor(C10D.all_gather_into_tensor(x, RANKS, group))
+            x = torch.relu(C10D.wait_tensor(C10D.reduce_scatter_tensor(rows @ w, "sum", RANKS, group)))
+        return x
+
+    return make_fx(step, tracing_mode="fake")(torch.empty(8, 16), *[torch.empty(16, 16) for _ in range(layers)])
+
+
+def test_the_search_builds_only_plans_that_apply_where_two_sites_split_one_matmul():
+    """Both sites of a layer share its matmul: an explicit plan splitting both is refused, the search's plans
+    split one of them (the one of more bytes) and never raise."""
+    from solvercast.pipeline.decompose import choose_decomposition
+    from solvercast.pipeline.solve import extract_for_optimize
+
+    gm = _gather_matmul_scatter()
+    sites = {s.collective: s for s in matmul_sites(gm)}
+    kinds = sorted(s.kind for s in sites.values())
+    assert len(sites) == 4 and len(set(kinds)) == 2
+    said = []
+    found = choose_decomposition(gm, extract_for_optimize(gm), extract_for_optimize, None,
+                                 DecomposeOptions(sequence_parallel=False), None, 0.0, said.append)
+    assert found.tried and not any("rejected" in line for line in said)
+    _same_values(gm, optimize(gm, time_limit=2).gm)
+    with pytest.raises(RewriteError, match="both split matmul"):
+        apply_decomposition(gm, DecomposePlan.of({name: 2 for name in sites}), sites)
+    plan = DecomposePlan.applicable({name: 2 for name in sites}, sites)
+    assert len(plan.degrees) == 2
+    _same_values(gm, apply_decomposition(gm, plan, sites))
