@@ -411,7 +411,6 @@ class SolvercastPass:
         import importlib
         from pathlib import Path
 
-
         if self.options.get("compute_streams", 1) != 1:
             return None  # the compiled graph holds stream and event objects registered while compiling:
             # a cache hit would skip their registration, so Inductor must not cache it (None: bypass)
@@ -430,7 +429,7 @@ class SolvercastPass:
             h.update(f"{key}={value!r}\0".encode())
         for package in ("solvercast", "solvercast.heuristics", "solvercast.models"):
             root = Path(importlib.import_module(package).__file__).resolve().parent
-            for path in sorted(root.glob("*.py")) + sorted(root.glob("solvers/*.py")):
+            for path in sorted(root.rglob("*.py")):  # every module: any of them can change the graph written
                 h.update(f"{package}/{path.relative_to(root).as_posix()}\0".encode() + path.read_bytes())
         return h.hexdigest()
 

@@ -43,6 +43,24 @@ def test_pass_is_an_inductor_custom_graph_pass_with_a_stable_uuid():
     assert p.uuid() != SolvercastPass(time_limit=2).uuid()
 
 
+def test_the_uuid_changes_when_any_module_of_the_three_packages_changes(monkeypatch):
+    """Inductor serves a cached graph while the key is the same: an upgrade that changes any source file of
+    solvercast, its heuristics or its models must change it."""
+    import importlib
+    from pathlib import Path
+
+    files = sorted({path.resolve() for package in ("solvercast", "solvercast.heuristics", "solvercast.models")
+                    for path in Path(importlib.import_module(package).__file__).resolve().parent.rglob("*.py")})
+    assert len(files) > 60 and any("rewrites" in p.parts for p in files) and any("ir" in p.parts for p in files)
+    key = SolvercastPass(time_limit=1).uuid()
+    read = Path.read_bytes
+    for changed in files:
+        monkeypatch.setattr(Path, "read_bytes", lambda self, c=changed: read(self) + (b"#" if self == c else b""))
+        assert SolvercastPass(time_limit=1).uuid() != key, changed
+    monkeypatch.setattr(Path, "read_bytes", read)
+    assert SolvercastPass(time_limit=1).uuid() == key
+
+
 @pytest.mark.filterwarnings("ignore:dynamo_pgo force disabled")
 def test_runs_as_torch_compile_post_grad_pass_on_cpu():
     p = SolvercastPass(time_limit=1)
