@@ -174,12 +174,14 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
 
     def limits(share: float) -> dict:
         return dict(work_limit=share * time_limit * rate, extract_work_per_task=plan.extract_seconds_per_task * rate,
-                    say=say, deadline=float("inf") if deterministic else time.perf_counter() + share * time_limit)
+                    work_per_second=rate, say=say,
+                    deadline=float("inf") if deterministic else time.perf_counter() + share * time_limit)
 
     phases, notes = {}, {}
     choice = None
     if options is not None:
         bucket_limits = limits(plan.bucket_share)
+        bucket_limits["extract_work_per_task"] += plan.bucket_write_seconds_per_task * rate  # each plan is written first
         choice = choose_buckets(gm, extracted, extract, budget, options, **bucket_limits,
                                plan_work=plan.bucket_plan_share * time_limit * rate)
         gm, extracted = choice.gm, choice.extracted

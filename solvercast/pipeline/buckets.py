@@ -54,6 +54,7 @@ class BucketChoice:
     tried: list = field(default_factory=list)
     seconds: float = 0.0
     work_spent: float = 0.0  # the heuristic work the search counted (`PlanJudge.spent`)
+    skipped: str = ""  # why no plan was tried, where the graph had some to try
 
     def launch_members(self) -> dict[str, tuple[str, ...]]:
         """Each bucket's launch (its node's name in the bucketed graph) -> the collectives it launches."""
@@ -63,6 +64,8 @@ class BucketChoice:
         """One line for the report: what was merged, whether the results stay bitwise, what it bought."""
         sites = self.graph.by_name
         if not self.plan.buckets:
+            if self.skipped:
+                return f"no buckets: {self.skipped}"
             return f"no buckets: none of {len(self.tried)} plans tried shortened the step" if self.tried \
                 else "no buckets: no two collectives may share a launch"
         kinds = {sites[b[0]].kind for b in self.plan.buckets}
@@ -77,14 +80,15 @@ class BucketChoice:
 
 def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: int | None, options: BucketOptions,
                    work_limit: float | None, extract_work_per_task: float, say: Callable[[str], None],
-                   deadline: float = float("inf"), plan_work: float | None = None) -> BucketChoice:
+                   deadline: float = float("inf"), plan_work: float | None = None,
+                   work_per_second: float = 1.0e6) -> BucketChoice:
     """The plan whose graph the heuristics schedule fastest within ``budget`` bytes (None: no budget).
     ``unbucketed``: ``gm``'s `Extracted`; ``extract(gm)``: the `Extracted` of a bucketed graph;
     ``work_limit``: the heuristic work (`heuristics.work`, reference microseconds) all plans together may
     spend, each plan's extraction counted as ``extract_work_per_task`` per task: no plan is tried once it
     is spent (None: no limit); ``plan_work``: the heuristic work each plan gets (`PlanJudge`).
     ``deadline``: a `time.perf_counter` reading after which no plan is tried (wall clock: pass it only where
-    ranks need not agree)."""
+    ranks need not agree); ``work_per_second``: the work one second pays for (the report's seconds)."""
     started = time.perf_counter()
     names = [t.name for t in unbucketed.problem.tasks]
     graph = BucketGraph(gm, options, order_edges=[(names[a], names[b]) for a, b in unbucketed.problem.edges])
@@ -95,6 +99,10 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     if not kinds:  # nothing may merge: no plan, and no heuristic run to compare it with
         return BucketChoice(BucketPlan(), gm, unbucketed, graph, None, None, seconds=time.perf_counter() - started)
     judge = PlanJudge(budget, work_limit, extract_work_per_task, plan_work)
+    tasks = unbucketed.problem.num_tasks
+    if not judge.affords(work_limit, tasks, plans=2):  # the unbucketed graph's step and one plan
+        return BucketChoice(BucketPlan(), gm, unbucketed, graph, None, None, seconds=time.perf_counter() - started,
+                            skipped=judge.unaffordable(work_limit, tasks, work_per_second))
     base_step = judge.step(unbucketed)
     best = BucketChoice(BucketPlan(), gm, unbucketed, graph, base_step, base_step)
     best_judged = None  # the best plan's (problem, schedule, simulation): where its step waits
@@ -102,7 +110,9 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     limit = work_limit
 
     def spent() -> bool:
-        return time.perf_counter() > deadline or (limit is not None and judge.spent >= limit)
+        # a part's share ends the part; no plan starts that the whole search cannot pay for
+        return time.perf_counter() > deadline or (limit is not None and judge.spent >= limit) \
+            or not judge.affords(work_limit, tasks)
 
     def trial(plan: BucketPlan, what: str = "") -> int | None:
         """Judge ``plan``; keep it when its step is the shortest so far. Its step (None: over the budget)."""

@@ -47,6 +47,7 @@ class DecomposeChoice:
     tried: list = field(default_factory=list)
     seconds: float = 0.0
     sequence_parallel: tuple[str, ...] = ()  # the all_reduces written sequence-parallel before the split
+    skipped: str = ""  # why no plan was tried, where the graph had sites to try
 
     @property
     def rewritten(self) -> bool:
@@ -55,6 +56,8 @@ class DecomposeChoice:
     def summary(self) -> str:
         """One line for the report: what was split, what it bought, and the numerics."""
         if not self.rewritten:
+            if self.skipped:
+                return f"no decomposition: {self.skipped}"
             return f"no decomposition: none of {len(self.tried)} plans tried shortened the step" if self.tried \
                 else "no decomposition: no collective-matmul or sequence-parallel site"
         gain = "" if self.step is None or not self.original_step else \
@@ -68,7 +71,7 @@ class DecomposeChoice:
 def choose_decomposition(gm: fx.GraphModule, undecomposed, extract: Callable, budget: int | None,
                          options: DecomposeOptions, work_limit: float | None, extract_work_per_task: float,
                          say: Callable[[str], None], deadline: float = float("inf"),
-                         plan_work: float | None = None) -> DecomposeChoice:
+                         plan_work: float | None = None, work_per_second: float = 1.0e6) -> DecomposeChoice:
     """The plan whose graph the heuristics schedule fastest within ``budget`` bytes (None: no budget).
     ``undecomposed``: ``gm``'s `Extracted`; ``extract(gm)``: the `Extracted` of a rewritten graph; the work
     limits as `solvercast.pipeline.buckets.choose_buckets` takes them (``plan_work``: each plan's
@@ -82,9 +85,14 @@ def choose_decomposition(gm: fx.GraphModule, undecomposed, extract: Callable, bu
     if not sites and not reduced:
         return DecomposeChoice(DecomposePlan(), gm, undecomposed, sites, None, None,
                                seconds=time.perf_counter() - started)
+    tasks = undecomposed.problem.num_tasks
+    if not judge.affords(work_limit, tasks, plans=2):  # the undecomposed graph's step and one plan
+        return DecomposeChoice(DecomposePlan(), gm, undecomposed, sites, None, None,
+                               seconds=time.perf_counter() - started,
+                               skipped=judge.unaffordable(work_limit, tasks, work_per_second))
     base_step = judge.step(undecomposed)
     best = DecomposeChoice(DecomposePlan(), gm, undecomposed, sites, base_step, base_step)
-    if reduced:
+    if reduced and judge.affords(work_limit, tasks, plans=2):  # the start's own extraction, and a plan from it
         try:
             sp_gm = apply_sequence_parallel(gm, reduced)
             starts.append((tuple(s.collective for s in reduced), sp_gm, extract(sp_gm),
@@ -93,7 +101,8 @@ def choose_decomposition(gm: fx.GraphModule, undecomposed, extract: Callable, bu
             say(f"decomposition: sequence parallel ({len(reduced)} all_reduces): rejected ({e})")
     for n, (sp, start_gm, start_extracted, start_sites) in enumerate(starts):
         limit = judge.share(work_limit, len(starts) - n)
-        _search(best, sp, start_gm, start_extracted, start_sites, options, judge, extract, say, limit, deadline)
+        _search(best, sp, start_gm, start_extracted, start_sites, options, judge, extract, say, limit, deadline,
+                work_limit)
     best.seconds = time.perf_counter() - started
     return best
 
@@ -111,10 +120,10 @@ def _sp_group(gm: fx.GraphModule) -> list[SPSite]:
 
 def _search(best: DecomposeChoice, sp: tuple, gm: fx.GraphModule, extracted, sites: dict[str, MatmulSite],
             options: DecomposeOptions, judge: PlanJudge, extract: Callable, say: Callable[[str], None],
-            limit: float | None, deadline: float) -> None:
+            limit: float | None, deadline: float, search_limit: float | None) -> None:
     """Degrees for ``gm``'s ``sites`` (the repeated signatures together, then signatures in turn, most bytes
-    first, each an equal share of the work up to ``limit``), ``best`` updated in place with any plan shorter
-    than it."""
+    first, each an equal share of the work up to ``limit``; no plan started that ``search_limit``, the whole
+    search's, cannot pay for), ``best`` updated in place with any plan shorter than it."""
     groups: dict[tuple, list[MatmulSite]] = {}
     for s in sites.values():  # in graph order: a group's first site is its earliest
         groups.setdefault(s.signature, []).append(s)
@@ -148,8 +157,12 @@ def _search(best: DecomposeChoice, sp: tuple, gm: fx.GraphModule, extracted, sit
             return None
         return judged(plan, graph, ex)
 
+    tasks = extracted.problem.num_tasks
+
     def out_of(share: float | None) -> bool:
-        return time.perf_counter() > deadline or (share is not None and judge.spent >= share)
+        # a part's share ends the part; no plan starts that the whole search cannot pay for
+        return time.perf_counter() > deadline or (share is not None and judge.spent >= share) \
+            or not judge.affords(search_limit, tasks)
 
     current = judged(DecomposePlan(), gm, extracted) if sp else best.original_step
     allowed = {g: sorted(set.intersection(*(set(s.degrees) for s in groups[g]))) for g in signatures}

@@ -35,6 +35,21 @@ class PlanJudge:
         of total weight W left: ``parts`` = W / w.)"""
         return None if limit is None else self.spent + (limit - self.spent) / parts
 
+    def plan_cost(self, num_tasks: int) -> float:
+        """The work one plan of about ``num_tasks`` tasks counts for: its extraction and its heuristics' share."""
+        return self.extract_work_per_task * num_tasks + (self.plan_work or 0.0)
+
+    def affords(self, limit: float | None, num_tasks: int, plans: int = 1) -> bool:
+        """Whether ``plans`` more plans of about ``num_tasks`` tasks fit in ``limit`` (None: no limit): a search
+        that started a plan it cannot pay for would overrun its limit by that plan, which on a large graph
+        under a short limit is the whole limit again."""
+        return limit is None or self.spent + plans * self.plan_cost(num_tasks) <= limit
+
+    def unaffordable(self, limit: float, num_tasks: int, work_per_second: float) -> str:
+        """The report's line for a search the limit pays for no plan of."""
+        return (f"not searched: the time limit's share ({limit / work_per_second:.2f} s) pays for no plan "
+                f"(each costs about {self.plan_cost(num_tasks) / work_per_second:.2f} s to write, extract and judge)")
+
     def step(self, extracted) -> int | None:
         """The heuristics' step on ``extracted`` (a `solvercast.pipeline.solve.Extracted`), or None when no
         schedule fits the budget."""

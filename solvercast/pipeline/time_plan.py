@@ -53,6 +53,10 @@ class TimePlanTuning:
     #: heuristic work (deterministic: every rank tries the same plans) with each plan's extraction priced at
     #: `extract_seconds_per_task`; each kind's caps and the halving of buckets take parts of it
     bucket_share: float = 0.6
+    #: seconds per task of writing a bucket plan's graph (every node copied, the buckets' fake values, the
+    #: module's code), counted with its extraction: measured 1.1-2.0 s for the 10,000-task synthetic graph's
+    #: greedy plan (10,335 tasks), where extraction takes 0.7-0.9 s
+    bucket_write_seconds_per_task: float = 1.2e-4
     #: share of the time limit that one bucket plan's heuristics may spend (a plan judged with more work
     #: scores better, so every plan of a search gets the same)
     bucket_plan_share: float = 0.03

@@ -216,42 +216,48 @@ class BucketGraph:
     def cycle(self, plan: BucketPlan) -> tuple[str, ...] | None:
         """A bucket of ``plan`` on a cycle of the graph ``plan`` writes (each bucket's launch one node, its wait
         one node), as its member names; None when the written graph is acyclic."""
-        rep = {}  # node -> the node it becomes: a bucket's launch or its wait
-        for i, bucket in enumerate(plan.buckets):
+        looped = self.looped(plan)
+        return plan.buckets[looped[0]] if looped else None
+
+    def looped(self, plan: BucketPlan) -> list[int]:
+        """The buckets of ``plan`` (indices) whose launch or wait lies on a cycle of the written graph, or on a
+        path from one cycle to another: what is left both of a topological sweep from the sources and of one
+        from the sinks (the original graph is acyclic, so every cycle passes through a bucket)."""
+        index = {n: i for i, n in enumerate(self.nodes)}
+        rep = list(range(len(self.nodes)))  # node -> the node it is written as: its bucket's launch or wait
+        bucket_of_rep: dict[int, int] = {}
+        for b, bucket in enumerate(plan.buckets):
+            launch, wait = index[self.node_named[bucket[0]]], index[self.node_named[self.by_name[bucket[0]].wait]]
+            bucket_of_rep[launch] = bucket_of_rep[wait] = b
             for name in bucket:
-                rep[self.node_named[name]] = ("launch", i)
-                rep[self.node_named[self.by_name[name].wait]] = ("wait", i)
-        of = lambda n: rep.get(n, n)  # noqa: E731
-        preds: dict = defaultdict(set)
+                rep[index[self.node_named[name]]] = launch
+                rep[index[self.node_named[self.by_name[name].wait]]] = wait
+        preds: dict[int, set[int]] = defaultdict(set)
+        succs: dict[int, set[int]] = defaultdict(set)
         for node in self.nodes:
+            v = rep[index[node]]
             for p in self.needs[node]:
-                if of(p) != of(node):
-                    preds[of(node)].add(of(p))
-        members = {of(n) for n in self.nodes}
-        succs: dict = defaultdict(list)
-        indegree = {m: len(preds[m]) for m in members}
-        for m in members:
-            for p in preds[m]:
-                succs[p].append(m)
-        ready = [m for m in members if not indegree[m]]
-        while ready:
-            m = ready.pop()
-            for s in succs[m]:
-                indegree[s] -= 1
-                if not indegree[s]:
-                    ready.append(s)
-        left = {m for m in members if indegree[m]}
-        if not left:
-            return None
-        # every node left has a predecessor left: walk back until one repeats, then take a bucket on that loop
-        seen: dict = {}
-        m = next(iter(left))
-        while m not in seen:
-            seen[m] = len(seen)
-            m = next(p for p in preds[m] if p in left)
-        loop = [k for k, at in seen.items() if at >= seen[m]]
-        bucket = next(k for k in loop if isinstance(k, tuple))
-        return plan.buckets[bucket[1]]
+                u = rep[index[p]]
+                if u != v:
+                    preds[v].add(u)
+                    succs[u].add(v)
+        written = set(rep)
+
+        def left_by_sweep(into: dict[int, set[int]], out_of: dict[int, set[int]]) -> set[int]:
+            count = {v: len(into[v]) for v in written}
+            ready = [v for v in written if not count[v]]
+            while ready:
+                for w in out_of[ready.pop()]:
+                    count[w] -= 1
+                    if not count[w]:
+                        ready.append(w)
+            return {v for v in written if count[v]}
+
+        forward = left_by_sweep(preds, succs)
+        if not forward:
+            return []
+        both = forward & left_by_sweep(succs, preds)
+        return sorted({bucket_of_rep[v] for v in both if v in bucket_of_rep})
 
     def by_key(self) -> dict[tuple, list[Site]]:
         """The sites of each key, in graph order."""
@@ -286,12 +292,13 @@ class BucketGraph:
                                "the other's result, through data or the order of writes): the plan cannot be written")
 
     def without_cycles(self, plan: BucketPlan) -> BucketPlan:
-        """``plan`` with every bucket on a cycle of its written graph halved (by count, graph order kept) until
-        none is left: splitting a bucket only removes orders, so this ends, at worst with no bucket."""
-        while (looped := self.cycle(plan)) is not None:
-            cut = len(looped) // 2
+        """``plan`` with the buckets on cycles of its written graph halved (by count, graph order kept), all of
+        them at once, until none is left: splitting a bucket only removes orders, so this ends, at worst with
+        no bucket, after about log2 of the largest bucket's size sweeps."""
+        while looped := {plan.buckets[b] for b in self.looped(plan)}:
             plan = BucketPlan(tuple(part for bucket in plan.buckets
-                                    for part in ((looped[:cut], looped[cut:]) if bucket == looped else (bucket,))))
+                                    for part in ((bucket[:len(bucket) // 2], bucket[len(bucket) // 2:])
+                                                 if bucket in looped else (bucket,))))
         return plan
 
     def greedy(self, cap_bytes: dict[str, int]) -> BucketPlan:

