@@ -257,14 +257,22 @@ def extract_problem(
                 unite(mine, constant_storage.setdefault(real, mine))
 
     # Aliasing by schema: a view, an in-place or out= result, a getitem of a multi-output op is its
-    # input's storage. Fake traces share storages already; real traces give every value its own.
+    # input's storage; a returned tensor list aliasing a list argument (an in-place coalesced
+    # collective) is, element by element, the storages of the list's nodes. Fake traces share
+    # storages already; real traces give every value its own, so only the schemas say.
+    def one_storage(src) -> tuple[int, str] | None:
+        keys = storages_of.get(src) if src is not None else None
+        return keys[0] if keys is not None and len(keys) == 1 else None
+
     for node in task_nodes:
         for r, src in enumerate(info[node].aliases):
-            if src is None or src not in storages_of:
+            if src is None:
                 continue
             if info[node].kind is NodeKind.GETITEM:
+                if src not in storages_of or not isinstance(node.args[1], int):
+                    continue
                 container = value_of(src)
-                if not isinstance(container, (list, tuple)) or not isinstance(node.args[1], int):
+                if not isinstance(container, (list, tuple)):
                     continue
                 theirs = [_storage_key(t) for t in _tensors(container[node.args[1]])]
                 mine = storages_of[node]
@@ -272,13 +280,27 @@ def extract_problem(
                 val = value_of(node)
                 returned = val[r] if len(info[node].aliases) > 1 and isinstance(val, (list, tuple)) else val
                 mine = [_storage_key(t) for t in _tensors(returned)]
-                theirs = storages_of[src]
+                if isinstance(src, tuple):  # a tensor list: element i is the i-th node's storage
+                    theirs = [one_storage(s) for s in src]
+                elif src in storages_of:
+                    theirs = storages_of[src]
+                else:
+                    continue
             if len(theirs) == 1:
-                for m in mine:
-                    unite(m, theirs[0])
+                if theirs[0] is not None:
+                    for m in mine:
+                        unite(m, theirs[0])
             elif len(mine) == len(theirs):
                 for m, t in zip(mine, theirs):
-                    unite(m, t)
+                    if t is not None:
+                        unite(m, t)
+
+    # A wait returns its collective's buffer (its schema declares no alias): every wait, also one on a
+    # graph input or on a waited value, so that all unions are made before anything reads `canon`.
+    for node in task_nodes:
+        if info[node].kind is NodeKind.WAIT and node.args and isinstance(node.args[0], fx.Node):
+            for mine, theirs in zip(storages_of[node], storages_of.get(node.args[0], ())):
+                unite(mine, theirs)
 
     earlier = set(waits_on_inputs(gm.graph))  # finished when this graph starts (`waits_on_inputs`)
     primary_wait: dict[fx.Node, fx.Node] = {}
@@ -298,7 +320,7 @@ def extract_problem(
     known_storages: set[tuple[int, str]] = set()
     for node in nodes:
         if node.op in ("placeholder", "get_attr"):
-            known_storages.update(storages_of[node])
+            known_storages.update(canon(k) for k in storages_of[node])
 
     tasks: list[Task] = []
     op_names: dict = {}  # target -> its name (an op's str() is Python code: once per op, not per node)
@@ -310,20 +332,13 @@ def extract_problem(
             op_name = op_names[node.target] = str(node.target)
         is_wait = info[node].kind is NodeKind.WAIT
         if is_wait and (node in earlier or node in waited_again):  # hands back the input's storage, waits for nothing
-            for mine, theirs in zip(storages_of[node], storages_of[node.args[0]]):
-                unite(mine, theirs)
             role = Role.FREE
         elif is_wait:
             coll = collective_behind(node.args[0])
             if primary_wait[coll] is node:
-                # a wait hands back its collective's buffer
-                for mine, theirs in zip(storages_of[node], storages_of[node.args[0]]):
-                    unite(mine, theirs)
                 role = Role.WAIT
                 extra_edges.append((task_id[coll], task_id[node]))
             else:  # a second wait on a coalesced collective: completed already by the first
-                for mine, theirs in zip(storages_of[node], storages_of[node.args[0]]):
-                    unite(mine, theirs)
                 role = Role.FREE
                 extra_edges.append((task_id[primary_wait[coll]], task_id[node]))
         fresh = [k for k in storages_of[node] if canon(k) not in known_storages]
@@ -403,6 +418,12 @@ def extract_problem(
         own_wait = primary_wait.get(node) if info[node].kind is NodeKind.COLLECTIVE else None
         write_ends = task_id[own_wait] if own_wait is not None else t
         for k in written:
+            if k in last_writer:  # write after write, also where the writer reads nothing of it
+                writer, done = last_writer[k]
+                if done < t:
+                    edges.add((done, t))
+                elif writer < t:
+                    edges.add((writer, t))
             for r in last_readers.get(k, []):
                 if r != t:
                     edges.add((r, t))  # write after read

@@ -77,7 +77,9 @@ class NodeInfo:
       flattened).
     * ``aliases``: per schema return, the input node it is an alias of (its
       schema's alias annotation, ``Tensor(a)`` / ``Tensor(a!)``: views,
-      in-place and out= results), or None for a fresh result; for a
+      in-place and out= results), or None for a fresh result; for a return
+      aliasing a tensor list (``Tensor(a!)[]``), the tuple of the list's
+      nodes, the returned list's element i an alias of the i-th; for a
       ``getitem``, its container. Storages of traced values are not enough:
       values traced with real tensors get a storage each, views included.
     * ``distributed``: an op of a c10d namespace (``_c10d_functional`` or
@@ -91,7 +93,7 @@ class NodeInfo:
     group_name: Optional[str] = None
     mutated_args: tuple[str, ...] = ()
     writes: tuple[fx.Node, ...] = ()
-    aliases: tuple[Optional[fx.Node], ...] = ()
+    aliases: tuple[Optional[fx.Node | tuple[Optional[fx.Node], ...]], ...] = ()
     distributed: bool = False
 
 
@@ -176,11 +178,22 @@ def _return_aliases(target: Any) -> tuple[Optional[str], ...]:
     return tuple(out) if any(out) else ()
 
 
+def _legacy_aliases(target: Any, written: str) -> tuple[Optional[str], ...]:
+    """A legacy c10d collective returns the tensors it writes (``allreduce_(Tensor[] tensors, ...) ->
+    (Tensor[], Work)``) without declaring the alias: the return of the written argument's type is it."""
+    schema = getattr(target, "_schema", None)
+    arg = next((a for a in schema.arguments if a.name == written), None) if schema is not None else None
+    if arg is None:
+        return ()
+    out = tuple(written if str(r.type) == str(arg.type) else None for r in schema.returns)
+    return out if any(out) else ()
+
+
 def _op_facts(target: Any) -> _OpFacts:
     distributed = getattr(target, "namespace", None) in ("_c10d_functional", "c10d")
     legacy = LEGACY_OPS.get(target) if distributed else None
     if legacy is not None:  # in place, though their schemas declare no alias
-        return _OpFacts(NodeKind.COLLECTIVE, legacy[0], (legacy[1],), distributed, ())
+        return _OpFacts(NodeKind.COLLECTIVE, legacy[0], (legacy[1],), distributed, _legacy_aliases(target, legacy[1]))
     fence = FENCE_OPS.get(target) if distributed else None
     if fence is not None:
         return _OpFacts(NodeKind.FENCE, None, (fence,) if fence else (), distributed, ())
@@ -201,7 +214,10 @@ def _op_facts(target: Any) -> _OpFacts:
         kind = NodeKind.VIEW
     else:
         kind = NodeKind.COMPUTE
-    return _OpFacts(kind, collective, _written_args(target), distributed, _return_aliases(target))
+    aliases = _return_aliases(target)
+    if target in _UNDECLARED_VIEWS and not aliases:  # _unsafe_view: a view of ``self`` all the same
+        aliases = ("self",)
+    return _OpFacts(kind, collective, _written_args(target), distributed, aliases)
 
 
 _cached_op_facts = functools.lru_cache(maxsize=4096)(_op_facts)
@@ -237,12 +253,11 @@ def _classify(node: fx.Node) -> NodeInfo:
     if not facts.written and not facts.return_aliases and not on_a_group:
         return NodeInfo(facts.kind, distributed=facts.distributed)
     bound = bound_args(node, target)
-    aliases = tuple(bound.get(name) if name is not None and isinstance(bound.get(name), fx.Node) else None
-                    for name in facts.return_aliases)
+    aliases = tuple(_alias_source(bound.get(name)) if name is not None else None for name in facts.return_aliases)
     writes = []
     for name in facts.written:
         value = bound.get(name)
-        for v in value if isinstance(value, (list, tuple)) else (value,):
+        for v in _flatten(value) if isinstance(value, (list, tuple)) else (value,):  # allgather_'s Tensor[][]
             if isinstance(v, fx.Node):
                 writes.append(v)
     group = bound.get("group_name") if facts.kind is NodeKind.COLLECTIVE else None
@@ -252,6 +267,26 @@ def _classify(node: fx.Node) -> NodeInfo:
     return NodeInfo(facts.kind, collective=facts.collective, group_name=None if group is None else str(group),
                     mutated_args=facts.written, writes=tuple(writes), aliases=aliases,
                     distributed=facts.distributed)
+
+
+def _alias_source(value: Any) -> Any:
+    """What a return aliases, from the argument its schema names: the node, or for a tensor list
+    (``Tensor(a!)[] inputs`` of an in-place coalesced collective) the tuple of its elements' nodes,
+    flattened, element i the i-th (None where an element is no node); None for anything else."""
+    if isinstance(value, fx.Node):
+        return value
+    if isinstance(value, (list, tuple)):
+        flat = _flatten(value)
+        if any(isinstance(v, fx.Node) for v in flat):
+            return tuple(v if isinstance(v, fx.Node) else None for v in flat)
+    return None
+
+
+def _flatten(value: Any) -> list:
+    out = []
+    for v in value:
+        out.extend(_flatten(v) if isinstance(v, (list, tuple)) else (v,))
+    return out
 
 
 def _copies_its_input(node: fx.Node, target: Any) -> bool:
