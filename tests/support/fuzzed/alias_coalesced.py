@@ -1,0 +1,300 @@
+"""A fuzzed program, traced with real tensors, that lost two dependencies through aliases: ``w53.mul_``
+writes rows of ``v24`` (w53 the wait of an in-place coalesced all_reduce_ on a split view of v24) and
+``addmm_1`` reads v24 through a reshape; the same storage is also written twice (``sigmoid__1``,
+``add__7``). `f` is the program as generated; its group ``G`` is bound by `program`."""
+
+import torch
+
+from solvercast.models import fake_group
+
+C = torch.ops._c10d_functional
+G = None
+
+
+def program():
+    """(f, input shapes), ``G`` a fake group of 4 ranks."""
+    global G
+    G = fake_group(4, tag="fuzz")
+    return f, [shape for _, shape in PARAMS]
+
+
+def f(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, p16, p17, p18, p19, p20, p21):
+    v1 = p2 * 0.5
+    v2 = torch.abs(v1)
+    v3 = p1.to(torch.bfloat16).float()
+    v4 = -p1
+    v5 = p2.mul_(0.5)
+    v6 = p2 + p2
+    v7 = v6.clone()
+    v8 = v1 - v2
+    v9 = v5.view(12, 64)
+    v10 = v7.relu_()
+    v11 = v10 * v2
+    v12 = (v8.to(torch.bfloat16) * 2).float()
+    v13 = v4.clone()
+    v14 = v8.add_(1.5)
+    v15 = v9.to(torch.bfloat16).float()
+    v16 = v1.add_(1.5)
+    v17 = torch.tanh(v12 @ p3)
+    v18 = p3 + p3
+    v19 = v17.relu_()
+    c20 = C.all_gather_into_tensor(v15, 4, G)
+    c21 = C.all_gather_into_tensor(v16, 4, G)
+    c22 = C.all_gather_into_tensor(v19, 4, G)
+    v23 = torch.mm(v19, p4) * 0.2500
+    v24 = torch.cat([v17, v2], 1)
+    v25 = torch.mm(v1, p3) * 0.1768
+    v26 = torch.cat([v23, p4], 0)
+    v27 = v26 + v26
+    v28 = v25.t()
+    v29 = (v27.to(torch.bfloat16) * 2).float()
+    v30 = torch.mm(v25, p5) * 0.2500
+    t31 = torch.max(v8, 1, keepdim=True)
+    v32 = t31[0]
+    w33 = C.wait_tensor(c20)
+    c34 = C.reduce_scatter_tensor(v27, 'sum', 4, G)
+    v35 = v29.relu_()
+    v36 = v35 * p6
+    v37 = v8.t()
+    t38 = torch.var_mean(v29, 0, keepdim=True)
+    v39 = t38[0]
+    v40 = t38[1]
+    v41 = v40 + v39
+    v42 = p2 * 0.5
+    t43 = torch.split(v24, 16)
+    v44 = t43[1]
+    v45 = w33.sigmoid_()
+    c46 = C.all_reduce(v45, 'sum', G)
+    v47 = torch.zeros(1, 128)
+    v48 = torch.mul(v41, p7, out=v47)
+    v49 = v11.clone()
+    c50 = C.all_reduce_coalesced_([v44, v6], 'sum', G)
+    c51 = c50[0]
+    c52 = c50[1]
+    w53 = C.wait_tensor(c51)
+    w54 = C.wait_tensor(c52)
+    c55 = C.all_to_all_single(v42, [6, 6, 6, 6], [6, 6, 6, 6], G)
+    w56 = C.wait_tensor(c55)
+    w57 = C.wait_tensor(c46)
+    v58 = v13 + p8
+    t59 = torch.split(w53, 4)
+    v60 = t59[0]
+    v61 = w53.mul_(0.5)
+    v62 = p3 + p3
+    v63 = torch.tanh(v62 @ p4)
+    v64 = v62 - 0.5
+    w65 = C.wait_tensor(c34)
+    v66 = w65.pow(2)
+    v67 = torch.tanh(v40 @ v13)
+    v68 = w65.mul_(-1.0)
+    w69 = C.wait_tensor(c22)
+    v70 = torch.mm(v68, v4) * 0.0884
+    v71 = torch.mm(w69, v28) * 0.2500
+    v72 = v67 * v67
+    v73 = v68 * 0.5
+    v74 = torch.tanh(v68 @ p9)
+    v75 = v73[:, 85:111]
+    c76 = C.all_reduce_coalesced([v70, v5], 'sum', G)
+    c77 = c76[0]
+    c78 = c76[1]
+    v79 = v74.clone()
+    c80 = C.reduce_scatter_tensor(v62, 'sum', 4, G)
+    v81 = torch.tanh(v73 @ v13)
+    v82 = torch.relu(v81)
+    v83 = torch.mm(v81, v28) * 0.2500
+    v84 = torch.nn.functional.silu(v16)
+    v85 = torch.abs(v83)
+    v86 = p2.to(torch.bfloat16).float()
+    w87 = C.wait_tensor(c80)
+    v88 = v86.mul_(2.0)
+    v89 = torch.sigmoid(v83)
+    c90 = C.all_reduce(v86, 'sum', G)
+    v91 = torch.cat([v64, v70], 0)
+    v92 = (v91.to(torch.bfloat16) * 2).float()
+    c93 = C.all_reduce_(v84, 'sum', G)
+    v94 = torch.cat([v88, v42], 0)
+    v95 = v3.mul_(2.0)
+    v96 = v94.add_(0.25)
+    v97 = v95 + 0.5
+    v98 = torch.softmax(v92, -1)
+    v99 = torch.tanh(v94 @ v63)
+    c100 = C.all_reduce_coalesced([v94, v23], 'sum', G)
+    c101 = c100[0]
+    c102 = c100[1]
+    w103 = C.wait_tensor(c101)
+    w104 = C.wait_tensor(c102)
+    c105 = C.all_to_all_single(v97, [32, 32, 32, 32], [32, 32, 32, 32], G)
+    w106 = C.wait_tensor(c105)
+    c107 = C.all_reduce_(v98, 'sum', G)
+    v108 = v96.transpose(0, 1)
+    v109 = v81 * v81
+    c110 = C.all_gather_into_tensor(v99, 4, G)
+    v111 = torch.abs(w106)
+    v112 = w103 * v94
+    v113 = torch.mm(v112, v62) * 0.1768
+    c114 = C.all_reduce_coalesced([v109, v6], 'sum', G)
+    c115 = c114[0]
+    c116 = c114[1]
+    v117 = torch.tanh(v92 @ p10)
+    v118 = v109.view(5, 32)
+    v119 = torch.tanh(v118 @ v63)
+    c120 = C.reduce_scatter_tensor(v111, 'sum', 4, G)
+    w121 = C.wait_tensor(c120)
+    v122 = v119.t()
+    v123 = v117.add_(2.0)
+    v124 = v123 + v48
+    c125 = C.all_reduce_(v124, 'sum', G)
+    v126 = v118 - v118
+    v127 = w121[15:30]
+    v128 = v3 - v58
+    v129 = torch.tanh(v127 @ p11)
+    v130 = v129 + v129
+    v131 = v126.mul_(0.5)
+    c132 = C.all_gather_into_tensor(v130, 4, G)
+    w133 = C.wait_tensor(c132)
+    v134 = w133 * 0.5
+    v135 = torch.addmm(p12, p3, p5)
+    v136 = v96.relu_()
+    v137 = v131[:, 22:30]
+    v138 = torch.mm(v123, p13) * 0.0884
+    v139 = v36 - v35
+    v140 = (v138.to(torch.bfloat16) * 2).float()
+    v141 = v139[9:31]
+    v142 = -p0
+    t143 = torch.split(v142, 3)
+    v144 = t143[0]
+    v145 = v140.add_(p14)
+    v146 = p14 + 2.0
+    v147 = v144 + 0.5
+    v148 = v71.add_(0.5)
+    w149 = C.wait_tensor(c125)
+    v150 = w149 * v123
+    v151 = torch.mm(v146, p15) * 0.0625
+    c152 = C.all_reduce_coalesced_([p15, v91], 'sum', G)
+    c153 = c152[0]
+    c154 = c152[1]
+    w155 = C.wait_tensor(c153)
+    w156 = C.wait_tensor(c154)
+    v157 = v42.relu_()
+    v158 = torch.mm(v150, p16) * 0.0884
+    v159 = w33.relu_()
+    v160 = v24.reshape(48, 24)
+    v161 = p16.clone()
+    v162 = torch.addmm(p17, v160, v86)
+    v163 = v161.relu_()
+    v164 = torch.tanh(w69 @ p10)
+    c165 = C.all_reduce_(v164, 'sum', G)
+    w166 = C.wait_tensor(c165)
+    c167 = C.reduce_scatter_tensor(v164, 'sum', 4, G)
+    v168 = torch.mm(v163, v49) * 0.2041
+    v169 = torch.mm(v111, v28) * 0.2500
+    w170 = C.wait_tensor(c93)
+    v171 = v169.mul_(0.5)
+    v172 = torch.nn.functional.gelu(v168)
+    v173 = v10.add_(p17)
+    v174 = v173 * p17
+    c175 = C.all_gather_into_tensor(v174, 4, G)
+    c176 = C.all_to_all_single(w170, [6, 6, 6, 6], [6, 6, 6, 6], G)
+    v177 = torch.add(v45, v45, out=w57)
+    v178 = v171 + p18
+    v179 = (v172.to(torch.bfloat16) * 2).float()
+    v180 = torch.mm(v174, v135) * 0.1768
+    v181 = v177 + w57
+    v182 = v161[120:123]
+    w183 = C.wait_tensor(c77)
+    w184 = C.wait_tensor(c78)
+    t185 = torch.var_mean(v180, 0, keepdim=True)
+    v186 = t185[0]
+    v187 = t185[1]
+    c188 = C.all_gather_into_tensor(v181, 4, G)
+    v189 = torch.addmm(p19, w183, p11)
+    v190 = torch.tanh(v186 @ p20)
+    v191 = v168 * v168
+    t192 = torch.max(v190, 1, keepdim=True)
+    v193 = t192[0]
+    v194 = v61.t()
+    v195 = p20 * p20
+    v196 = torch.tanh(v194 @ w53)
+    v197 = torch.softmax(v162, -1)
+    v198 = v194.relu_()
+    t199 = torch.max(v197, 1, keepdim=True)
+    v200 = t199[0]
+    v201 = t199[1]
+    v202 = v194 + p19
+    v203 = torch.addmm(v187, v200, v187)
+    c204 = C.all_reduce_(v203, 'sum', G)
+    w205 = C.wait_tensor(c204)
+    v206 = torch.mm(v169, v157) * 0.2041
+    t207 = torch.split(v198, 19)
+    v208 = t207[0]
+    v209 = t207[1]
+    v210 = t207[2]
+    c211 = C.all_to_all_single(v206, [32, 32, 32, 32], [32, 32, 32, 32], G)
+    v212 = torch.tanh(v203 @ p20)
+    v213 = v209.sigmoid_()
+    c214 = C.all_reduce(v206, 'sum', G)
+    c215 = C.all_reduce_coalesced([v203, v138], 'sum', G)
+    c216 = c215[0]
+    c217 = c215[1]
+    v218 = v206.to(torch.bfloat16).float()
+    v219 = v209[4:6]
+    v220 = torch.mm(v213, v61) * 0.3536
+    w221 = C.wait_tensor(c107)
+    v222 = torch.tanh(v66 @ v191)
+    c223 = C.reduce_scatter_tensor(v202, 'sum', 4, G)
+    v224 = torch.nn.functional.silu(v213)
+    v225 = w170.view(12, 64)
+    v226 = torch.mm(v224, v44) * 0.3536
+    v227 = v225 + v225
+    v228 = v160.add_(v200)
+    v229 = torch.tanh(v222 @ v37)
+    v230 = v164 - w166
+    v231 = torch.mm(v229, v174) * 0.2041
+    v232 = torch.mm(v231, v64) * 0.1768
+    c233 = C.all_gather_into_tensor(v231, 4, G)
+    v234 = torch.nn.functional.gelu(v226)
+    v235 = v67.t()
+    c236 = C.all_reduce_coalesced_([v228, v74], 'sum', G)
+    c237 = c236[0]
+    c238 = c236[1]
+    v239 = torch.nn.functional.gelu(v232)
+    c240 = C.all_reduce(v229, 'sum', G)
+    c241 = C.all_gather_into_tensor(v239, 4, G)
+    v242 = v230.mul_(2.0)
+    v243 = v231 * 2.0
+    v244 = torch.mm(v239, p10) * 0.2500
+    v245 = torch.relu(v86)
+    v246 = torch.cat([v235, v32], 0)
+    c247 = C.all_to_all_single(v230, [24, 24, 24, 24], [24, 24, 24, 24], G)
+    v248 = v239.t()
+    v249 = torch.tanh(v248 @ v243)
+    c250 = C.all_reduce(v244, 'sum', G)
+    w251 = C.wait_tensor(c250)
+    w252 = C.wait_tensor(c216)
+    w253 = C.wait_tensor(c217)
+    v254 = torch.cat([v249, p4], 1)
+    v255 = torch.mm(w253, p15) * 0.0625
+    v256 = torch.mm(w253, p21) * 0.0625
+    v257 = torch.tanh(w253)
+    w258 = C.wait_tensor(c21)
+    w259 = C.wait_tensor(c115)
+    w260 = C.wait_tensor(c116)
+    w261 = C.wait_tensor(c110)
+    w262 = C.wait_tensor(c90)
+    w263 = C.wait_tensor(c167)
+    w264 = C.wait_tensor(c176)
+    w265 = C.wait_tensor(c175)
+    w266 = C.wait_tensor(c188)
+    w267 = C.wait_tensor(c211)
+    w268 = C.wait_tensor(c214)
+    w269 = C.wait_tensor(c237)
+    w270 = C.wait_tensor(c238)
+    w271 = C.wait_tensor(c223)
+    w272 = C.wait_tensor(c233)
+    w273 = C.wait_tensor(c240)
+    w274 = C.wait_tensor(c241)
+    w275 = C.wait_tensor(c247)
+    return (w266, w274, v209, w103,)
+
+
+PARAMS = [('p0', (4, 8)), ('p1', (128, 16)), ('p2', (24, 32)), ('p3', (32, 16)), ('p4', (16, 128)), ('p5', (16, 64)), ('p6', (40, 128)), ('p7', (1, 128)), ('p8', (128, 16)), ('p9', (128, 12)), ('p10', (16, 128)), ('p11', (16, 8)), ('p12', (1, 64)), ('p13', (128, 256)), ('p14', (42, 256)), ('p15', (256, 256)), ('p16', (128, 24)), ('p17', (1, 32)), ('p18', (128, 24)), ('p19', (1, 8)), ('p20', (64, 48)), ('p21', (256, 64))]
