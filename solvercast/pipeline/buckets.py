@@ -99,7 +99,8 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     if not kinds:  # nothing may merge: no plan, and no heuristic run to compare it with
         return BucketChoice(BucketPlan(), gm, unbucketed, graph, None, None, seconds=time.perf_counter() - started)
     judge = PlanJudge(budget, work_limit, extract_work_per_task, plan_work)
-    tasks = unbucketed.problem.num_tasks
+    # a plan's graph: each merged collective adds at most an input view, a result's getitem, copy and view
+    tasks = unbucketed.problem.num_tasks + 4 * len(graph.sites)
     if not judge.affords(work_limit, tasks, plans=2):  # the unbucketed graph's step and one plan
         return BucketChoice(BucketPlan(), gm, unbucketed, graph, None, None, seconds=time.perf_counter() - started,
                             skipped=judge.unaffordable(work_limit, tasks, work_per_second))

@@ -28,6 +28,7 @@ class PlanJudge:
         self.budget, self.extract_work_per_task = budget, extract_work_per_task
         self.plan_work = plan_work if plan_work is not None or work_limit is None else work_limit / PLANS_PER_SHARE
         self.spent = 0.0
+        self.largest = 0  # the most tasks of a plan judged so far
 
     def share(self, limit: float | None, parts: float) -> float | None:
         """The work total at which the next of ``parts`` equal parts of what is left below ``limit`` ends (None:
@@ -42,8 +43,9 @@ class PlanJudge:
     def affords(self, limit: float | None, num_tasks: int, plans: int = 1) -> bool:
         """Whether ``plans`` more plans of about ``num_tasks`` tasks fit in ``limit`` (None: no limit): a search
         that started a plan it cannot pay for would overrun its limit by that plan, which on a large graph
-        under a short limit is the whole limit again."""
-        return limit is None or self.spent + plans * self.plan_cost(num_tasks) <= limit
+        under a short limit is the whole limit again. A plan is taken to be as large as the largest judged so
+        far, if that is larger."""
+        return limit is None or self.spent + plans * self.plan_cost(max(num_tasks, self.largest)) <= limit
 
     def unaffordable(self, limit: float, num_tasks: int, work_per_second: float) -> str:
         """The report's line for a search the limit pays for no plan of."""
@@ -68,4 +70,5 @@ class PlanJudge:
             except InfeasibleBudgetError:
                 schedule = None
         self.spent += work.spent + self.extract_work_per_task * problem.num_tasks
+        self.largest = max(self.largest, problem.num_tasks)
         return None if schedule is None else (problem, schedule, simulate(problem, schedule))

@@ -2,6 +2,7 @@
 step waits on. The rewrite itself (legality, cost, lowering, values) is tested in
 tests/rewrites/test_bucketing.py."""
 
+import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -133,3 +134,29 @@ def test_the_decomposition_search_gets_the_work_the_bucket_search_left(monkeypat
     assert 0 < seen["buckets"].work_spent and left > 0  # a small graph: the bucket search ran out of plans first
     assert seen["decomposition"]["work_limit"] == own + left
     assert seen["decomposition"]["plan_work"] == plan.decompose_plan_share * 5 * plan.work_per_second
+
+
+def test_the_rewrite_searches_never_start_a_plan_their_work_cannot_pay_for():
+    """Each plan counts its writing and extraction per task and its heuristics' share. Whatever the limit, the
+    bucket search spends no more than it (it used to start one more plan whatever was left); a limit that
+    pays for less than the unbucketed graph's step and one plan tries nothing and says so; one that pays for
+    several plans tries some. The decomposition search alike."""
+    from solvercast.pipeline.decompose import choose_decomposition
+    from solvercast.rewrites.decompose import DecomposeOptions
+    from tests.rewrites.test_decompose import _gather_matmul_scatter
+
+    per_task, plan_work = 100.0, 1000.0
+    for search, gm, options in ((choose_buckets, _backward_chain(), BucketOptions()),
+                                (choose_decomposition, _gather_matmul_scatter(), DecomposeOptions())):
+        extracted = _extract(gm)
+        one_plan = per_task * extracted.problem.num_tasks + plan_work  # the unbucketed graph's size: the least
+        for plans in (0.5, 1.5, 2.5, 4, 6, 12):
+            limit = plans * one_plan
+            found = search(gm, extracted, _extract, None, options, work_limit=limit, extract_work_per_task=per_task,
+                           say=lambda _: None, plan_work=plan_work)
+            if plans < 2:
+                assert found.tried == [] and "not searched" in found.summary()
+            if plans >= 6:
+                assert found.tried
+            if search is choose_buckets:
+                assert found.work_spent <= limit
