@@ -223,7 +223,9 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
             res, split = plain, None
     else:
         res = solve(gm, extracted, time_limit)
-    # (the split graph's solve ran to half the time left: the call's limit is the caller's)
+    # (the split graph's solve ran to half the time left: the call's limit is the caller's, and its total the
+    # whole call's, both solves included)
+    phases["total"] = round(time.perf_counter() - started, 4)
     report = dataclasses.replace(res.report, phases=res.report.phases | phases, time_limit=time_limit, **notes)
     buckets = choice if choice is not None and choice.plan.buckets else None
     if buckets is None and split is None:
