@@ -6,7 +6,7 @@ import dataclasses
 import gc
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch.fx as fx
 
@@ -26,6 +26,7 @@ from solvercast.rewrites.bucketing import BucketOptions
 from solvercast.rewrites.decompose import DecomposeOptions
 from solvercast.pipeline.solve import (OptimizeResult, check_arguments, extract_for_optimize, optimize_extracted,
                                        unanalysed)
+from solvercast.fx.input_lifetimes import InputLifetimes, input_lifetimes
 from solvercast.pipeline.time_plan import can_analyse
 from solvercast.pipeline.tuning import DEFAULT_TUNING, Tuning
 
@@ -48,6 +49,7 @@ def optimize(
     tuning: Tuning | None = None,
     bucketing: bool | BucketOptions = True,
     decomposition: bool | str | DecomposeOptions = "auto",
+    freeable_inputs: str | Iterable[str] = "auto",
 ) -> OptimizeResult:
     """Reorder ``gm`` (and assign streams) to minimize its step time within a memory budget.
 
@@ -88,6 +90,15 @@ def optimize(
     a wall-clock search; `collective_order`); fences (send, recv, barrier,
     with_effects) stay ordered with every collective in every mode
     (docs/execution_rules.md, "Collective order").
+    ``freeable_inputs``: which graph inputs the runtime frees after their
+    last use, for every memory figure and the budget (rule M1): "auto" (the
+    default; `solvercast.fx.input_lifetimes`: a torch.compile backward, known
+    by its ``tangents_*`` inputs, frees its saved activations and tangents
+    and holds its ``primals_*`` and the inputs that reach an all_gather;
+    any other graph's inputs are held by its caller; a capture may record the
+    names in ``gm.meta["solvercast_freed_inputs"]``), "held" (none), or the
+    names of the freed inputs. The report's ``inputs`` line says which rule
+    was used.
 
     Returns an `OptimizeResult`; ``res.gm`` is a new module. If no method
     beats the original order, the original order is returned and the report
@@ -106,23 +117,36 @@ def optimize(
     tuning = DEFAULT_TUNING if tuning is None else tuning
     if not can_analyse(time_limit, num_nodes, tuning.time_plan):  # too short to read the graph: untouched beats late
         return unanalysed(gm, num_nodes, time_limit, started, progress, tuning.time_plan)
+    lifetimes = input_lifetimes(gm, freeable_inputs)
     if isinstance(memory_budget, (list, tuple)):
-        return _optimize_budgets(gm, memory_budget, time_limit, device=device, compute_streams=compute_streams,
-                                 method=method, preserve_collective_order=preserve_collective_order,
-                                 deterministic=deterministic, comm_ops=comm_ops, cost_fn=cost_fn, cost_model=cost_model,
-                                 progress=progress, tuning=tuning)
+        res = _optimize_budgets(gm, memory_budget, time_limit, device=device, compute_streams=compute_streams,
+                                method=method, preserve_collective_order=preserve_collective_order,
+                                deterministic=deterministic, comm_ops=comm_ops, cost_fn=cost_fn, cost_model=cost_model,
+                                progress=progress, tuning=tuning, freeable_inputs=lifetimes.freed)
+        return _with_inputs(res, lifetimes)
+
     def extract(graph: fx.GraphModule):
         return extract_for_optimize(graph, device=device, compute_streams=compute_streams, comm_ops=comm_ops,
                                     cost_fn=cost_fn, cost_model=cost_model,
-                                    preserve_collective_order=preserve_collective_order)
+                                    preserve_collective_order=preserve_collective_order,
+                                    freeable_inputs=lifetimes.freed)
 
     extracted = extract(gm)
     options, decompose = bucket_options(bucketing), decompose_options(decomposition, cost_model)
     if (options is None and decompose is None) or method == "original":
-        return optimize_extracted(gm, extracted, time_limit, memory_budget, method, deterministic, started=started,
-                                  cost_model=cost_model, progress=progress, tuning=tuning)
-    return _optimize_rewritten(gm, extracted, extract, options, decompose, time_limit, memory_budget, method,
-                               deterministic, started, cost_model, progress, tuning)
+        res = optimize_extracted(gm, extracted, time_limit, memory_budget, method, deterministic, started=started,
+                                 cost_model=cost_model, progress=progress, tuning=tuning)
+    else:
+        res = _optimize_rewritten(gm, extracted, extract, options, decompose, time_limit, memory_budget, method,
+                                  deterministic, started, cost_model, progress, tuning)
+    return _with_inputs(res, lifetimes)
+
+
+def _with_inputs(res: OptimizeResult, lifetimes: InputLifetimes) -> OptimizeResult:
+    """``res`` with its report saying which inputs were counted as freed after their last use, and why."""
+    inputs = sum(1 for b in res.problem.buffers if b.is_input) if res.problem is not None else 0
+    res.report = dataclasses.replace(res.report, inputs=lifetimes.describe(inputs))  # (a frontier holds ``res``)
+    return res
 
 
 def collective_order(requested: bool | str, deterministic: bool, cost_model) -> bool | str:

@@ -66,6 +66,9 @@ class Report:
     # False when the time limit could not pay for reading the graph: the module came back untouched, and
     # every figure above is None (`Report.unanalysed`)
     analysed: bool = True
+    # which graph inputs the memory figures count as freed after their last use, and the rule that chose them
+    # (`solvercast.fx.input_lifetimes`)
+    inputs: str | None = None
 
     @classmethod
     def unanalysed(cls, name: str, num_nodes: int, needed: float, time_limit: float, phases: dict) -> "Report":
@@ -170,6 +173,8 @@ class Report:
                          + {"global": "every collective launches in its original order",
                             "group": "the collectives of each process group launch in their original order",
                             "free": "collectives launch in any order"}.get(self.collective_order, ""))
+        if self.inputs:
+            lines.append(f"  inputs           {self.inputs}")
         if self.decomposition:
             lines.append(f"  decomposition    {self.decomposition}")
         if self.buckets:

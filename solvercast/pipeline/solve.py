@@ -110,12 +110,14 @@ class Extracted:
 
 
 def extract_for_optimize(gm: fx.GraphModule, *, device="h100", compute_streams: int = 1, comm_ops=None,
-                         cost_fn=None, cost_model=None, preserve_collective_order: bool | str = True) -> Extracted:
-    """`optimize`'s first phase: extract the problem and simulate the original order."""
+                         cost_fn=None, cost_model=None, preserve_collective_order: bool | str = True,
+                         freeable_inputs=()) -> Extracted:
+    """`optimize`'s first phase: extract the problem and simulate the original order. ``freeable_inputs``: the
+    inputs the runtime frees after their last use (`solvercast.fx.input_lifetimes`)."""
     t0 = time.perf_counter()
     problem = extract_problem(gm, device=device, compute_streams=compute_streams, comm_ops=comm_ops,
                               cost_fn=cost_fn, preserve_collective_order=preserve_collective_order,
-                              cost_model=cost_model)
+                              cost_model=cost_model, freeable_inputs=freeable_inputs)
     original = Schedule.original(problem)
     return Extracted(problem, original, simulate(problem, original), time.perf_counter() - t0)
 
