@@ -123,7 +123,9 @@ def cmd_optimize(args) -> int:
                    device=args.device, compute_streams=args.streams, method=args.method,
                    preserve_collective_order=_collective_order(args), deterministic=not args.wall_clock,
                    cost_model=cost_model, progress=say, bucketing=BUCKETING["bitwise" if args.bitwise else args.buckets],
-                   decomposition=DECOMPOSITION["off" if args.bitwise else args.decompose])
+                   decomposition=DECOMPOSITION["off" if args.bitwise else args.decompose],
+                   freeable_inputs=args.freeable_inputs if args.freeable_inputs in ("auto", "held")
+                   else [name for name in args.freeable_inputs.split(",") if name])
     print(res.report)
     if not res.report.analysed and (args.trace or args.plot):
         print("no trace or plot: the graph was not analysed", file=sys.stderr)
@@ -196,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "(on with modelled costs, off with measured ones), on, off")
     opt.add_argument("--bitwise", action="store_true",
                      help="only rewrites whose results are bitwise the original's: --buckets bitwise --decompose off")
+    opt.add_argument("--freeable-inputs", default="auto", metavar="auto|held|NAME,...",
+                     help="graph inputs the runtime frees after their last use: auto (a torch.compile backward's saved "
+                          "activations and tangents; other graphs' inputs held), held, or their names")
     opt.add_argument("--wall-clock", action="store_true", help="wall-clock time limit instead of a deterministic one")
     opt.add_argument("--trace", help="write a Chrome trace (JSON) of baseline and optimized schedules")
     opt.add_argument("--plot", help="write a PNG: Gantt per stream and memory against the budget")
