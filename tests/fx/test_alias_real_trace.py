@@ -237,9 +237,9 @@ def test_a_legacy_collective_returns_the_tensors_it_writes():
 
 def test_the_fuzzed_program_that_lost_two_dependencies_through_aliases_keeps_its_values():
     """Traced with real tensors, one compute stream, rewrites off: every output as the original computes it."""
-    from tests.support.fuzzed.alias_coalesced import program
+    from tests.support.fuzzed import program
 
-    f, shapes = program()
+    f, shapes = program("alias_coalesced")
     gen = torch.Generator().manual_seed(0)
     inputs = [torch.randn(*s, generator=gen) / max(1.0, s[-1] ** 0.25) for s in shapes]
     gm = make_fx(f)(*[x.clone() for x in inputs])

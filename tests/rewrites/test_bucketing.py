@@ -321,9 +321,9 @@ def test_a_fuzzed_program_whose_bucket_plans_once_looped_returns_in_its_time_lim
     import signal
     import time
 
-    from tests.support.fuzzed.bucket_plan_loop import program
+    from tests.support.fuzzed import program
 
-    f, shapes = program()
+    f, shapes = program("bucket_plan_loop")
     gm = make_fx(f, tracing_mode="fake")(*[torch.empty(*s) for s in shapes])
     signal.signal(signal.SIGALRM, lambda *_: pytest.fail("optimize did not return within 60 s"))
     signal.alarm(60)

@@ -1,21 +1,12 @@
 """A fuzzed program, traced with real tensors, that lost two dependencies through aliases: ``w53.mul_``
 writes rows of ``v24`` (w53 the wait of an in-place coalesced all_reduce_ on a split view of v24) and
 ``addmm_1`` reads v24 through a reshape; the same storage is also written twice (``sigmoid__1``,
-``add__7``). `f` is the program as generated; its group ``G`` is bound by `program`."""
+``add__7``)."""
 
 import torch
 
-from solvercast.models import fake_group
-
 C = torch.ops._c10d_functional
-G = None
-
-
-def program():
-    """(f, input shapes), ``G`` a fake group of 4 ranks."""
-    global G
-    G = fake_group(4, tag="fuzz")
-    return f, [shape for _, shape in PARAMS]
+G = None  # bound by `tests.support.fuzzed.program`
 
 
 def f(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, p16, p17, p18, p19, p20, p21):

@@ -1,20 +1,11 @@
-"""A fuzzed program (441 tasks, two process groups) whose fourth bucket plan, as the search once built it,
+"""A fuzzed program (441 tasks) whose fourth bucket plan, as the search once built it,
 could not be written: two buckets needed each other, and the writer followed their needs round the loop
-without end. `f` is the program as generated; its group ``G`` is bound by `program`."""
+without end."""
 
 import torch
 
-from solvercast.models import fake_group
-
 C = torch.ops._c10d_functional
-G = None
-
-
-def program():
-    """(f, input shapes), ``G`` a fake group of 4 ranks."""
-    global G
-    G = fake_group(4, tag="fuzz")
-    return f, [shape for _, shape in PARAMS]
+G = None  # bound by `tests.support.fuzzed.program`
 
 
 def f(p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15, p16, p17, p18, p19, p20, p21, p22, p23, p24, p25, p26):
