@@ -457,7 +457,10 @@ def extract_problem(
     for k, prod in producer.items():
         name = input_name.get(k) or task_nodes[prod].name
         buffers.append(Buffer(name=name, size=storage_bytes[k], producer=prod, users=tuple(users[k]),
-                              is_output=k in output_storages, freeable=prod is None and name in freeable))
+                              is_output=k in output_storages,
+                              # an input nobody reads is held to the end all the same: Inductor's call(args)
+                              # unpacks it into a local it never deletes
+                              freeable=prod is None and name in freeable and bool(users[k])))
 
     machine = Machine(compute_streams=compute_streams,
                       comm_streams=max(1, len(group_index)) if comm_streams is None else comm_streams,

@@ -43,6 +43,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from solvercast.errors import RewriteError
+from solvercast.fx.extract import extract_problem  # the one reading of storages, writes and fences
 from solvercast.graph.collectives import collective_kind_and_group, wait_op
 from solvercast.graph.fxmeta import bound_args, node_val, op_target
 from solvercast.graph.nodes import NodeKind, classify
@@ -155,8 +156,6 @@ def bucket_sites(gm: fx.GraphModule, options: BucketOptions = BucketOptions()) -
 
 def _order_edges(gm: fx.GraphModule) -> list[tuple[str, str]]:
     """The (earlier, later) node name pairs ``gm``'s extracted problem keeps in order."""
-    from solvercast.fx.extract import extract_problem  # the one reading of storages, writes and fences
-
     problem = extract_problem(gm)
     names = [t.name for t in problem.tasks]
     return [(names[a], names[b]) for a, b in problem.edges]
