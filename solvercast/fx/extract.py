@@ -415,6 +415,13 @@ def extract_problem(
         written = set()
         for v in info[node].writes:
             written.update(canon(k) for k in storages_of.get(v, ()))
+        if info[node].kind is NodeKind.WAIT and node not in earlier:
+            coll = collective_behind(node.args[0])
+            if coll is not None and coll is not node.args[0]:
+                # a wait on one result of a coalesced collective writes every result again: on gloo the
+                # work copies its results out at each wait, so a write to any of them before the last wait
+                # is lost (an in-place op between two waits of one coalesced reduce_scatter was undone)
+                written.update(canon(k) for k in storages_of.get(coll, ()))
         own_wait = primary_wait.get(node) if info[node].kind is NodeKind.COLLECTIVE else None
         write_ends = task_id[own_wait] if own_wait is not None else t
         for k in written:

@@ -247,3 +247,24 @@ def test_the_fuzzed_program_that_lost_two_dependencies_through_aliases_keeps_its
     for want, got in zip(run_local(gm, [x.clone() for x in inputs]), run_local(res.gm, [x.clone() for x in inputs]),
                          strict=True):
         torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("mode", ["fake", "real"])
+def test_an_in_place_write_to_a_coalesced_result_stays_after_every_wait_of_its_collective(mode):
+    """A wait on one result of a coalesced collective writes all of its results again (gloo copies them out at
+    each wait: a sigmoid_ on the first result between the two waits came out undone on every rank), so a
+    write to any result keeps its place after each wait."""
+    group = fake_group(4, tag="ar")
+
+    def step(a, b):
+        h = torch.ops._c10d_functional.reduce_scatter_tensor_coalesced([a @ a, b @ b], "sum", 4, group)
+        w0 = torch.ops._c10d_functional.wait_tensor(h[0])
+        w1 = torch.ops._c10d_functional.wait_tensor(h[1])
+        w0.sigmoid_()
+        return w0, w1
+
+    gm = make_fx(step, tracing_mode=mode)(torch.randn(8, 8), torch.randn(8, 8))
+    problem = extract_problem(gm)
+    index = {t.name: i for i, t in enumerate(problem.tasks)}
+    waits = [n for n in index if n.startswith("wait_tensor")]
+    assert len(waits) == 2 and all(_reaches(problem, index[w], index["sigmoid_"]) for w in waits)
