@@ -236,8 +236,11 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
 
     if split is not None:
         # the split was judged by the heuristics; the solver may order the graph without it better (it did on
-        # fsdp_tp's backward): both are solved, each in half the time left, and the shorter kept
-        elapsed = time.perf_counter() - started
+        # fsdp_tp's backward): both are solved, each in half the time left, and the shorter kept. Deterministic,
+        # the time used is the searches' counted work, not the clock: which graph is kept decides the launches,
+        # and every rank must take the same (a clock read here split a reduce_scatter on one rank, not another)
+        used = (choice.work_spent if choice is not None else 0.0) + found.work_spent
+        elapsed = used / rate if deterministic else time.perf_counter() - started
         res = solve(split.gm, split.extracted, elapsed + max(0.0, time_limit - elapsed) / 2)
         plain = solve(gm, extracted, time_limit)
         if plain.optimized is not None and (res.optimized is None or plain.optimized.makespan <= res.optimized.makespan):

@@ -48,6 +48,7 @@ class DecomposeChoice:
     seconds: float = 0.0
     sequence_parallel: tuple[str, ...] = ()  # the all_reduces written sequence-parallel before the split
     skipped: str = ""  # why no plan was tried, where the graph had sites to try
+    work_spent: float = 0.0  # the heuristic work the search counted (`PlanJudge.spent`)
 
     @property
     def rewritten(self) -> bool:
@@ -103,7 +104,7 @@ def choose_decomposition(gm: fx.GraphModule, undecomposed, extract: Callable, bu
         limit = judge.share(work_limit, len(starts) - n)
         _search(best, sp, start_gm, start_extracted, start_sites, options, judge, extract, say, limit, deadline,
                 work_limit)
-    best.seconds = time.perf_counter() - started
+    best.seconds, best.work_spent = time.perf_counter() - started, judge.spent
     return best
 
 

@@ -413,3 +413,33 @@ def test_the_search_builds_only_plans_that_apply_where_two_sites_split_one_matmu
     plan = DecomposePlan.applicable({name: 2 for name in sites}, sites)
     assert len(plan.degrees) == 2
     _same_values(gm, apply_decomposition(gm, plan, sites))
+
+
+def test_which_graph_is_kept_after_a_split_does_not_read_the_clock(monkeypatch):
+    """Deterministic, the split graph's solve gets its share of the time by the searches' counted work, not by
+    the clock: a slow search (here 0.4 s of sleep) must hand every solve the same limits, or two ranks may
+    keep different graphs and launch different collectives."""
+    import time
+
+    from solvercast.pipeline import api
+
+    gm = _llama_8b_dims(8192)
+    limits = []
+    solve, search = api.optimize_extracted, api.choose_decomposition
+
+    def recorded(graph, extracted, time_limit, *args, **kwargs):
+        limits.append(round(time_limit, 9))
+        return solve(graph, extracted, time_limit, *args, **kwargs)
+
+    def slow(*args, **kwargs):
+        time.sleep(0.4)
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(api, "optimize_extracted", recorded)
+    first = optimize(gm, time_limit=7)
+    fast = list(limits)
+    limits.clear()
+    monkeypatch.setattr(api, "choose_decomposition", slow)
+    second = optimize(gm, time_limit=7)
+    assert first.decomposition is not None and len(fast) == 2 and limits == fast
+    assert second.gm.code == first.gm.code
