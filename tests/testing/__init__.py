@@ -1,0 +1,1 @@
+"""Tests of `solvercast.testing`: the random programs and the checkers that judge `optimize` on them."""
