@@ -280,7 +280,10 @@ def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deter
     if not use_solver or solver_time < least or wall_left < least:
         if hint is None:
             raise hint_error
-        if use_solver:
+        if use_solver and deterministic and solver_time >= least:  # the clock, not the plan, left no time
+            info["fallback"] = ("the wall clock left no time for the solver; used the best heuristic: other ranks "
+                                "may get another schedule")
+        elif use_solver:
             info["fallback"] = "no time left for the solver; used the best heuristic"
         info["method"] = hint.method
         return hint, info
