@@ -75,3 +75,14 @@ def commit_label() -> str:
         return rev + (" (with uncommitted changes)" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def write_results(path: str | Path, lines: list[str]) -> None:
+    """Write ``lines`` to ``path``, keeping the sections written by hand below them (from the first "## "
+    heading of the file as it was), so that a rerun replaces the counts and not the findings."""
+    out = Path(path)
+    kept = ""
+    if out.exists():
+        text = out.read_text()
+        kept = text[text.index("\n## "):] if "\n## " in text else ""
+    out.write_text("\n".join(lines) + "\n" + kept)

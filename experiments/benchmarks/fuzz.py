@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from experiments.common import command_line
+from experiments.common import command_line, write_results
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
@@ -78,12 +78,7 @@ def main(argv=None) -> int:
         f"Failures: {len(failures)}", "",
         *[f"- seed {seed}, {case}: {'; '.join(why)}" for seed, case, why in failures],
     ]
-    out = Path(args.out)
-    kept = ""  # the sections written by hand below the counts ("## ..."), kept across reruns
-    if out.exists():
-        text = out.read_text()
-        kept = text[text.index("\n## "):] if "\n## " in text else ""
-    out.write_text("\n".join(lines) + "\n" + kept)
+    write_results(args.out, lines)  # the sections written by hand below the counts kept
     print("\n".join(lines))
     return 1 if failures else 0
 

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from experiments.common import command_line, commit_label, invocation
+from experiments.common import command_line, write_results, commit_label, invocation
 from solvercast.testing.distributed_fuzz import DistCase, Limits, RankPool
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -87,12 +87,7 @@ def main(argv=None) -> int:
         pool.close(kill=True)
     wall = time.perf_counter() - t0
     lines = report_lines(results, args, wall, pool.starts)
-    out = Path(args.out)
-    kept = ""  # the sections written by hand below the counts ("## ..."), kept across reruns
-    if out.exists():
-        text = out.read_text()
-        kept = text[text.index("\n## "):] if "\n## " in text else ""
-    out.write_text("\n".join(lines) + "\n" + kept)
+    write_results(args.out, lines)  # the sections written by hand below the counts kept
     print("\n".join(lines))
     return 1 if any(r.outcome == "failed" for r in results) else 0
 
