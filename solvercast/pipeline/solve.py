@@ -139,11 +139,15 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
     check_arguments(method, time_limit)
     requested = method
     start_all = time.perf_counter() if started is None else started
-    deadline = start_all + time_limit
+    problem = extracted.problem
+    agree = deterministic and schedules_must_agree(problem)
+    # the wall clock's cap on every search; the counted limits fit in ``time_limit`` on a machine as fast as
+    # the time plan's records
+    deadline = start_all + time_limit * (tuning.time_plan.agreeing_wall_clock_factor if agree else 1.0)
     clock = time.perf_counter()
 
     def tell(msg: str) -> None:  # every progress line says how much of the limit is left
-        progress(f"{msg} [{max(0.0, deadline - time.perf_counter()):.1f} s of {time_limit:.3g} s left]")
+        progress(f"{msg} [{max(0.0, start_all + time_limit - time.perf_counter()):.1f} s of {time_limit:.3g} s left]")
 
     say = _quiet if progress is None else tell
 
@@ -174,6 +178,8 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
     at_bound = bounds.makespan if requested == "auto" else None
     schedule, solver_info = _solve(problem, method, plan, deadline, deterministic, say, phase, baseline, at_bound,
                                    warm_starts, tuning)
+    if agree:
+        solver_info["time_plan"]["wall_clock_cap_seconds"] = round(deadline - start_all, 3)
     if method != requested:
         solver_info["auto_choice"] = method
 
@@ -326,6 +332,16 @@ def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deter
     else:
         info["method"] = info["solver"]
     return res.schedule, info
+
+
+def schedules_must_agree(problem: Problem) -> bool:
+    """Whether ranks that compute different schedules of ``problem`` may hang: its collectives keep their
+    order per process group only, and two or more groups launch asynchronous collectives, so two schedules
+    may interleave the groups in opposite orders (docs/execution_rules.md, "Collective order"). With one
+    group, or the global order, every schedule launches the collectives in one order."""
+    if problem.collective_order != "group":
+        return False
+    return len({problem.tasks[c].group for c in problem.async_chain}) > 1
 
 
 def _keeps_global_order(problem: Problem, schedule: Schedule) -> bool:

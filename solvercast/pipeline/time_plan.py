@@ -75,6 +75,11 @@ class TimePlanTuning:
     work_per_second: float = 1.0e6
     #: below this many seconds a solver is not started (model building alone takes longer)
     min_solver_seconds: float = 0.05
+    #: where every rank must compute one schedule (deterministic, collectives of two or more groups free to
+    #: interleave: `schedules_must_agree`), the wall clock ends a search only at this multiple of the limit:
+    #: the counted limits decide, and a loaded rank runs longer instead of choosing another schedule (4 gloo
+    #: ranks on 2 cores took up to 2x their limit; one rank cut by the clock hung the others)
+    agreeing_wall_clock_factor: float = 3.0
 
 
 #: the shipped values

@@ -277,6 +277,32 @@ def test_the_collective_order_mode_reaches_the_problem_and_the_schedule_keeps_it
         SolvercastPass(preserve_collective_order="group").uuid()
 
 
+@pytest.mark.parametrize("model, order, factor", [("fsdp_tp", "group", 3.0), ("fsdp_tp", "global", 1.0),
+                                                  ("tp_mlp", "group", 1.0)])
+def test_where_ranks_must_agree_only_a_far_wall_clock_ends_a_search(model, order, factor, monkeypatch):
+    """Two groups free to interleave: a rank the clock cut while another ran to its counted limit could
+    hang both, so the clock's cap moves out to 3x the limit there, and only there."""
+    import time
+
+    import solvercast.pipeline.solve as solve
+
+    seen = {}
+    real = solve._solve
+
+    def spy(problem, method, plan, deadline, *args, **kwargs):
+        seen["deadline"] = deadline
+        return real(problem, method, plan, deadline, *args, **kwargs)
+
+    monkeypatch.setattr(solve, "_solve", spy)
+    gm = build(model, layers=1)
+    t0 = time.perf_counter()
+    res = optimize(gm, time_limit=2, preserve_collective_order=order, method="cpsat",
+                   bucketing=False, decomposition=False)
+    assert solve.schedules_must_agree(res.problem) == (factor > 1)
+    assert 2 * factor - 0.2 < seen["deadline"] - t0 <= 2 * factor + 1e-3
+    assert ("wall_clock_cap_seconds" in res.report.time_plan) == (factor > 1)
+
+
 @pytest.mark.parametrize("flags, mode", [([], "auto"), (["--collective-order", "global"], "global"),
                                          (["--collective-order", "group"], "group"),
                                          (["--reorder-collectives"], "free"),
