@@ -230,9 +230,10 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
         # a full collection would walk the process's older heap too (it cost the test suite a minute)
         gc.collect(0)
 
-    def solve(graph, ex, limit: float) -> OptimizeResult:
+    def solve(graph, ex, limit: float, must_agree: bool = False) -> OptimizeResult:
         return optimize_extracted(graph, ex, limit, math.inf if budget is None else budget, method, deterministic,
-                                  started=started, cost_model=cost_model, progress=progress, tuning=tuning)
+                                  started=started, cost_model=cost_model, progress=progress, tuning=tuning,
+                                  must_agree=must_agree)
 
     if split is not None:
         # the split was judged by the heuristics; the solver may order the graph without it better (it did on
@@ -241,8 +242,9 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
         # and every rank must take the same (a clock read here split a reduce_scatter on one rank, not another)
         used = (choice.work_spent if choice is not None else 0.0) + found.work_spent
         elapsed = used / rate if deterministic else time.perf_counter() - started
-        res = solve(split.gm, split.extracted, elapsed + max(0.0, time_limit - elapsed) / 2)
-        plain = solve(gm, extracted, time_limit)
+        # (the steps of both solves decide the launches, so neither may be cut by the clock on one rank only)
+        res = solve(split.gm, split.extracted, elapsed + max(0.0, time_limit - elapsed) / 2, must_agree=True)
+        plain = solve(gm, extracted, time_limit, must_agree=True)
         if plain.optimized is not None and (res.optimized is None or plain.optimized.makespan <= res.optimized.makespan):
             notes["decomposition"] = (
                 f"declined once solved: {_step_us(plain)} without it against {_step_us(res)} with it "

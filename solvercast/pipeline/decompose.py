@@ -95,7 +95,7 @@ def choose_decomposition(gm: fx.GraphModule, undecomposed, extract: Callable, bu
     best = DecomposeChoice(DecomposePlan(), gm, undecomposed, sites, base_step, base_step)
     if reduced and judge.affords(work_limit, tasks, plans=2):  # the start's own extraction, and a plan from it
         try:
-            sp_gm = apply_sequence_parallel(gm, reduced)
+            sp_gm = apply_sequence_parallel(gm, reduced, options.replicated_inputs)
             starts.append((tuple(s.collective for s in reduced), sp_gm, extract(sp_gm),
                            {s.collective: s for s in matmul_sites(sp_gm, options)}))
         except SolvercastError as e:  # the start the graph cannot take is left out, never the caller's error

@@ -127,20 +127,23 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
                        memory_budget: int | float | None = None, method: str = "auto", deterministic: bool = True,
                        *, started: float | None = None, cost_model=None,
                        progress: Callable[[str], None] | None = None,
-                       warm_starts: Sequence[Schedule] = (), tuning: Tuning | None = None) -> OptimizeResult:
+                       warm_starts: Sequence[Schedule] = (), tuning: Tuning | None = None,
+                       must_agree: bool = False) -> OptimizeResult:
     """`optimize` from an `Extracted` graph (``gm`` is the graph it came from): the rest of the call, under
     one memory budget. ``started``: the `time.perf_counter` reading the ``time_limit`` counts from (the
     call's start, extraction included; default now). ``warm_starts``: schedules of this problem (another
     budget's results: `solvercast.pipeline.pareto`) that compete with the heuristics for the warm start where they
     hold this budget; a solver or the best-heuristic method then returns one of them when nothing beats it.
     ``tuning``: the time plan's and the solvers' records (`solvercast.pipeline.tuning.Tuning`; None: the shipped
-    `DEFAULT_TUNING`)."""
+    `DEFAULT_TUNING`). ``must_agree``: the caller needs the schedule the same on every rank whatever the graph
+    (it chooses between solves by their steps); deterministic, the wall clock then ends a search only far past
+    the limit, as where `schedules_must_agree`."""
     tuning = DEFAULT_TUNING if tuning is None else tuning
     check_arguments(method, time_limit)
     requested = method
     start_all = time.perf_counter() if started is None else started
     problem = extracted.problem
-    agree = deterministic and schedules_must_agree(problem)
+    agree = deterministic and (must_agree or schedules_must_agree(problem))
     # the wall clock's cap on every search; the counted limits fit in ``time_limit`` on a machine as fast as
     # the time plan's records
     deadline = start_all + time_limit * (tuning.time_plan.agreeing_wall_clock_factor if agree else 1.0)

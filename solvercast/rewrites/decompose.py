@@ -91,6 +91,10 @@ class DecomposeOptions:
     max_degree: int = max(DEGREES)
     #: whether all_reduces may first be written sequence-parallel (`solvercast.rewrites.sequence_parallel`)
     sequence_parallel: bool = True
+    #: the graph inputs sequence parallelism may take to be the same on every rank of an all_reduce's group
+    #: (where the region reads them: a residual, a norm's weight): "all" (the tensor-parallel contract) or
+    #: their names (`solvercast.graph.replication`); values computed in the graph are proven, never assumed
+    replicated_inputs: str | tuple[str, ...] = "all"
     #: the fraction of the heuristics' step a plan must save to be taken: its results are close, not bitwise,
     #: and the judge is the heuristics, so a step a hair shorter is no reason to change them
     min_gain: float = 0.01
@@ -103,6 +107,9 @@ class DecomposeOptions:
             raise ValueError(f"min_gain must be in [0, 1), got {self.min_gain}")
         if self.max_degree < 1:
             raise ValueError(f"max_degree must be at least 1, got {self.max_degree}")
+        if isinstance(self.replicated_inputs, str) and self.replicated_inputs != "all":
+            raise ValueError(f"replicated_inputs must be 'all' or a tuple of input names, "
+                             f"got {self.replicated_inputs!r}")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,9 @@ it is written:
   last dimension and its outputs. A residual ``add(R, wait)`` of a replicated ``R`` of the same shape
   joins the region by folding ``R`` into the reduction: ``reduce_scatter(t + R / size)`` gives this rank's
   rows of ``all_reduce(t) + R`` (``R`` is the same on every rank; dividing by a power of two is exact).
+  Whatever the region reads from outside it (``R``, a norm's weight) must be the same on every rank of the
+  group, or the gathered rows would mix ranks' values: `solvercast.graph.replication` proves it, taking
+  graph inputs as the caller says (``replicated_inputs``; by default all, the tensor-parallel contract).
 * `apply_sequence_parallel`: the graph with the region computed on blocks of ``M / size`` rows; every
   reader outside the region reads the value all-gathered back (rank-major blocks: the rows in order).
 
@@ -28,6 +31,7 @@ summed with the partial products, so results are close to the original, not bitw
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +41,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from solvercast.errors import RewriteError
 from solvercast.graph.collectives import collective_kind_and_group, wait_op
 from solvercast.graph.fxmeta import bound_args, node_val, op_target
+from solvercast.graph.replication import Replication
 from solvercast.rewrites.fake_nodes import FakeNodeBuilder, copy_graph, fake_mode_of
 
 __all__ = ["ROW_WISE", "SPSite", "sp_sites", "row_region", "apply_sequence_parallel"]
@@ -106,8 +111,9 @@ def _rows_of(v, rows: int) -> bool:
     return isinstance(v, torch.Tensor) and v.dim() == 2 and v.shape[0] == rows
 
 
-def _row_wise(node: fx.Node, region: set[fx.Node], rows: int) -> bool:
-    """Whether ``node`` computes its rows from the same rows of region values (and row-broadcast others)."""
+def _row_wise(node: fx.Node, region: set[fx.Node], rows: int, same: Callable[[fx.Node], bool]) -> bool:
+    """Whether ``node`` computes its rows from the same rows of region values (and row-broadcast others
+    that ``same`` proves alike on every rank of the group)."""
     if node.op != "call_function":
         return False
     target = op_target(node.target)
@@ -117,7 +123,7 @@ def _row_wise(node: fx.Node, region: set[fx.Node], rows: int) -> bool:
     tensors = node.all_input_nodes
     if not tensors or not any(a in region for a in tensors):
         return False
-    others_ok = all(a in region or _is_row_broadcast(node_val(a), rows) for a in tensors)
+    others_ok = all(a in region or (_is_row_broadcast(node_val(a), rows) and same(a)) for a in tensors)
     region_rows = all(_rows_of(node_val(a), rows) for a in tensors if a in region)
     if not (others_ok and region_rows):
         return False
@@ -134,15 +140,17 @@ def _row_wise(node: fx.Node, region: set[fx.Node], rows: int) -> bool:
     return False
 
 
-def _fold(node: fx.Node, waits: dict[fx.Node, SPSite], region: set[fx.Node]) -> SPSite | None:
-    """The site whose reduction can take ``node = add(R, wait)`` (``R`` replicated, of the wait's shape,
-    read only here among the wait's readers), or None."""
+def _fold(node: fx.Node, waits: dict[fx.Node, SPSite], region: set[fx.Node],
+          same: Callable[[fx.Node], bool]) -> SPSite | None:
+    """The site whose reduction can take ``node = add(R, wait)`` (``R`` proven replicated by ``same``, of
+    the wait's shape, read only here among the wait's readers), or None."""
     if node.op != "call_function" or op_target(node.target) is not _ATEN.add.Tensor or node.kwargs \
             or len(node.args) != 2:
         return None
     a, b = node.args
     for wait, other in ((a, b), (b, a)):
-        if wait in waits and isinstance(other, fx.Node) and other not in region and len(wait.users) == 1:
+        if wait in waits and isinstance(other, fx.Node) and other not in region and len(wait.users) == 1 \
+                and same(other):
             r, w = node_val(other), node_val(wait)
             if isinstance(r, torch.Tensor) and tuple(r.shape) == tuple(w.shape) and r.dtype == w.dtype:
                 return waits[wait]
@@ -158,13 +166,21 @@ class Region:
     folds: dict[fx.Node, SPSite]
 
 
-def row_region(gm: fx.GraphModule, sites: list[SPSite]) -> Region:
-    """The row-wise region of ``sites`` (all of one group and one row count). Raises `RewriteError` otherwise."""
+def row_region(gm: fx.GraphModule, sites: list[SPSite], replicated_inputs: str | Collection[str] = "all") -> Region:
+    """The row-wise region of ``sites`` (all of one group and one row count). Raises `RewriteError` otherwise.
+    Every value the region reads from outside (a folded residual, a norm's weight) must be proven the same
+    on every rank of the group (`solvercast.graph.replication`; ``replicated_inputs``: the graph inputs
+    taken to be)."""
     if not sites:
         return Region([], {})
     if len({(s.rows, s.group_size, s.group_name) for s in sites}) != 1:
         raise RewriteError("sequence parallelism over sites of different groups or row counts")
     rows = sites[0].rows
+    replication = Replication(gm, replicated_inputs)
+
+    def same(node: fx.Node) -> bool:
+        return replication.proven(node, sites[0].group_name)
+
     by_name = {n.name: n for n in gm.graph.nodes}
     waits = {by_name[s.wait]: s for s in sites}
     region: set[fx.Node] = set()
@@ -176,14 +192,14 @@ def row_region(gm: fx.GraphModule, sites: list[SPSite]) -> Region:
             region.add(node)
             order.append(node)
             continue
-        site = _fold(node, waits, region)
+        site = _fold(node, waits, region, same)
         if site is not None and by_name[site.wait] not in folded_waits:
             folds[node] = site
             folded_waits.add(by_name[site.wait])
             region.add(node)
             order.append(node)
             continue
-        if _row_wise(node, region, rows):
+        if _row_wise(node, region, rows, same):
             region.add(node)
             order.append(node)
     return Region(order, folds)
@@ -258,10 +274,12 @@ class _Writer:
         return self.add(node.target, args, f"{node.name}_sp", dict(kwargs))
 
 
-def apply_sequence_parallel(gm: fx.GraphModule, sites: list[SPSite]) -> fx.GraphModule:
+def apply_sequence_parallel(gm: fx.GraphModule, sites: list[SPSite],
+                            replicated_inputs: str | Collection[str] = "all") -> fx.GraphModule:
     """A new module: ``gm`` with each of ``sites`` written sequence-parallel (see the module docstring);
-    ``gm`` is not modified. Raises `RewriteError` for sites of different groups or row counts."""
+    ``gm`` is not modified. Raises `RewriteError` for sites of different groups or row counts.
+    ``replicated_inputs``: `row_region`'s."""
     if not sites:
         return fx.GraphModule(gm, copy_graph(gm.graph))
-    region = row_region(gm, sites)
+    region = row_region(gm, sites, replicated_inputs)
     return _Writer(gm, sites, region).write()

@@ -77,6 +77,7 @@ from solvercast.errors import SolvercastError
 from solvercast.graph.fxmeta import node_val
 from solvercast.models import fake_group
 from solvercast.pipeline.api import optimize
+from solvercast.rewrites.decompose import DecomposeOptions
 from solvercast.testing.fuzz import _identical
 
 C10D = torch.ops._c10d_functional
@@ -562,10 +563,15 @@ class DistCase:
                    budget=rng.choice([1.0, 1.0, None, 1.1]), time_limit=rng.choice([0.5, 1.0]),
                    slowdown=rng.choice([1, 1, 1024, 16384]))
 
-    def options(self) -> dict:
-        """`optimize`'s keyword arguments (the rewrites at their defaults: on)."""
+    def options(self, prog: DistProgram, gm: torch.fx.GraphModule) -> dict:
+        """`optimize`'s keyword arguments for ``gm``, ``prog`` traced: the rewrites at their defaults (on),
+        telling sequence parallelism which inputs are the same on every rank, as the program's author knows
+        (the world-replicated ones)."""
+        placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+        same = tuple(name for name, (_, level) in zip(placeholders, prog.inputs) if level == WORLD)
         return dict(time_limit=self.time_limit, memory_budget=math.inf if self.budget is None else self.budget,
-                    compute_streams=self.compute_streams, method=self.method, device=slowed(self.slowdown))
+                    compute_streams=self.compute_streams, method=self.method, device=slowed(self.slowdown),
+                    decomposition=DecomposeOptions(replicated_inputs=same))
 
 
 def slowed(factor: int) -> DeviceProfile:
@@ -904,7 +910,7 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
     res, kind, why = None, None, None
     try:
         with _alarm(lim.optimize_seconds):
-            res = optimize(gm, **case.options())
+            res = optimize(gm, **case.options(prog, gm))
         outcome = "ok"
     except _Hang as e:
         outcome, why = "failed", f"hang: optimize {e}"

@@ -65,6 +65,13 @@ def test_the_small_profile_has_no_failure_and_reaches_the_rewrites(pool):
     assert any(r.decomposed or r.sequence_parallel for r in results), "no call split or wrote sequence-parallel"
 
 
+def test_sequence_parallelism_keeps_values_where_a_residual_differs_between_ranks(pool):
+    """Program 96 adds to a world all_reduce's result a residual gathered over the second group (alike
+    within each pair, not across the world); sequence parallelism folded it and mixed the pairs' rows."""
+    r = pool.run(DistCase.draw(96))
+    assert r.unproven and r.outcome == "ok", r.line()
+
+
 def test_a_spoiled_lowered_module_is_wrong_values(pool):
     """The last rank's lowered module adds 2**-10 to its first output."""
     r = pool.run(dataclasses.replace(DistCase.draw(1), tamper="values"))
