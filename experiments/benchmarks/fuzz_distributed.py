@@ -47,6 +47,8 @@ def failure_class(reason: str) -> str:
         return reason.split(":")[0]
     if reason.startswith("ranks disagree on collectives"):
         return "ranks disagree on collectives (group " + reason.split("(group ")[1].split(" ")[0] + ")"
+    if reason.startswith("memory above the original"):
+        return reason.split(":")[0]
     if reason.startswith("ranks would deadlock"):
         return "ranks would deadlock" + (" (the wall clock ended a search on some)" if "wall clock" in reason else "")
     return re.sub(r"\d+(\.\d+)?", "N", reason.split(";")[0])[:100]
@@ -133,14 +135,18 @@ def report_lines(results, args, wall: float, starts: int) -> list[str]:
         f"{max((r.max_diff for r in tolerant), default=0.0):.3g} where they passed; the wall clock ended a search (announced: "
         f"ranks may disagree) {sum(r.announced for r in ok)}, of which the ranks' launches differed (their lowered "
         f"modules not run) {sum(r.announced_disagreement for r in ok)}. Real-traced graphs hold values of several fake "
-        "modes, which the rewrites decline (docs/rewrites.md).", "",
+        "modes, which the rewrites decline (docs/rewrites.md). Memory: at budget 1.0 the lowered module's peak "
+        "checked against the original order's by the real-tensor oracle (`solvercast.runtime.memory_oracle`, rank "
+        f"0's inputs) in {sum(r.memory_checked for r in ok)} calls (the others' budgets are 1.1 or none, or hold a "
+        "collective the oracle has no stand-in for).", "",
         "Refusals (a `SolvercastError` on every rank):", "",
         *([f"- {k}: {v}" for k, v in refusals.most_common()] or ["- none"]), "",
         "Untraceable (torch cannot trace or run the program; no finding):", "",
         *([f"- {k}: {v}" for k, v in untraceable.most_common()] or ["- none"]), "",
         f"Failures: {len(failures)}. `unproven replication`: the program adds to an all_reduce's result a value "
-        "that differs between ranks of its group (on purpose, now and then), which sequence parallelism takes to be "
-        "the same on every rank.", "",
+        "that differs between ranks of its group (on purpose, now and then), which sequence parallelism must not "
+        "fold (it folds only what `solvercast.graph.replication` proves alike; the case tells optimize which "
+        "inputs are).", "",
         *[f"- {k}: {len(v)} (seeds {', '.join(map(str, v[:12]))}{', ...' if len(v) > 12 else ''})"
           for k, v in sorted(classes.items(), key=lambda kv: -len(kv[1]))], "",
         *[f"- {r.line()}" for r in failures],

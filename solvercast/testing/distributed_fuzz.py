@@ -620,6 +620,8 @@ class CaseResult:
     max_diff: float = 0.0  # the largest |lowered - original| on any rank
     launches: int = 0  # collectives the lowered module launches (rank 0)
     unproven: bool = False
+    #: at budget 1.0, the lowered module's peak was checked against the original's by the real-tensor oracle
+    memory_checked: bool = False
     seconds: float = 0.0
 
     def line(self) -> str:
@@ -1001,7 +1003,30 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
         where = f"output {worst}" if worst < n_out else f"input {worst - n_out} as mutated"
         out.update(outcome="failed", reasons=out["reasons"] + [
             f"wrong values ({expected} expected): {len(bad)} of {len(got)} results differ, the most in {where}"])
+    if case.budget == 1.0 and me.rank == 0:
+        above = _above_original_peak(gm, res.gm, prog.rank_inputs(0))
+        out["memory_checked"] = above is not False
+        if above:
+            out.update(outcome="failed", reasons=out["reasons"] + [above])
     return out
+
+
+def _above_original_peak(gm: torch.fx.GraphModule, lowered: torch.fx.GraphModule, args: list) -> str | bool | None:
+    """At budget 1.0: whether ``lowered`` holds more than ``gm`` by the real-tensor memory oracle
+    (`solvercast.runtime.memory_oracle`, the inputs held or freed as their runtime does): a message, None
+    when it holds no more, False where the oracle cannot run the graph (a collective it has no stand-in for)."""
+    from solvercast.fx.input_lifetimes import input_lifetimes
+    from solvercast.errors import MeasureError
+    from solvercast.runtime.memory_oracle import live_bytes_peak
+
+    freed = input_lifetimes(gm).freed
+    try:
+        before = live_bytes_peak(gm, [a.clone() for a in args], freed).peak
+        after = live_bytes_peak(lowered, [a.clone() for a in args], freed).peak
+    except MeasureError:
+        return False
+    return f"memory above the original order's at budget 1.0: {after} B against {before} B (real-tensor oracle)" \
+        if after > before else None
 
 
 def _vm_bytes(pid: int | str = "self") -> int:
@@ -1088,7 +1113,8 @@ def _combine(case: DistCase, results: dict[int, dict], seconds: float) -> CaseRe
                       announced=any(r.get("announced") for r in results.values()),
                       announced_disagreement=any(r.get("announced_disagreement") for r in results.values()),
                       max_diff=max((r.get("max_diff", 0.0) for r in results.values()), default=0.0),
-                      launches=first.get("launches", 0), unproven=bool(first.get("unproven")), seconds=seconds)
+                      launches=first.get("launches", 0), unproven=bool(first.get("unproven")),
+                      memory_checked=any(r.get("memory_checked") for r in results.values()), seconds=seconds)
 
 
 class RankPool:
