@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 import torch.fx as fx
+import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -37,6 +38,9 @@ from solvercast.graph.nodes import NodeKind, classify
 __all__ = [
     "DTYPES",
     "Comm",
+    "ffn_width",
+    "layer_norm",
+    "model_meta",
     "fake_group",
     "group_is_registered",
     "divisible",
@@ -276,3 +280,20 @@ def trace(body: Callable[[dict[str, torch.Tensor]], Any], inputs: Iterable[Input
     gm.recompile()
     gm.meta["solvercast"] = dict(meta or {})
     return gm
+
+
+def model_meta(name: str, p: dict[str, Any], comm: Comm, **extra: Any) -> dict[str, Any]:
+    """What a model records in ``gm.meta["solvercast"]``: its name, parameters and process group."""
+    params = {k: (dtype_name(v) if isinstance(v, torch.dtype) else v) for k, v in p.items()}
+    return {"model": name, "params": params, "world_size": comm.world_size,
+            "group_name": comm.group_name, **extra}
+
+
+def ffn_width(p: dict[str, Any]) -> int:
+    """The MLP's width: ``ffn`` where given, else 4 x ``hidden``."""
+    return int(p["ffn"]) if p.get("ffn") else 4 * int(p["hidden"])
+
+
+def layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Layer norm over the last dimension."""
+    return F.layer_norm(x, (x.shape[-1],), w, b)

@@ -26,8 +26,8 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from ._tracing import Comm, divisible, trace
-from .transformer import COMMON_DEFAULTS, _ffn, _meta
+from ._tracing import Comm, divisible, ffn_width, model_meta, trace
+from .transformer import COMMON_DEFAULTS
 
 FSDP_DEFAULTS = {**COMMON_DEFAULTS, "layers": 2, "ffn": None}
 
@@ -39,7 +39,7 @@ _aten = torch.ops.aten
 def fsdp_layers(p: dict[str, Any]) -> fx.GraphModule:
     L, H, S, B, W = (p[k] for k in ("layers", "hidden", "seq", "batch", "world_size"))
     dt = p["dtype"]
-    Fh = _ffn(p)
+    Fh = ffn_width(p)
     divisible(H, W, "hidden across world_size (dim-0 sharding)")
     divisible(Fh, W, "ffn across world_size (dim-0 sharding)")
     comm = Comm(W)
@@ -103,4 +103,4 @@ def fsdp_layers(p: dict[str, Any]) -> fx.GraphModule:
             new_shards[i] = torch.add(a[f"l{i}_shard"], grad, alpha=-_LR)
         return (loss, *new_shards)
 
-    return trace(body, inputs, _meta("fsdp_layers", p, comm, ffn=Fh))
+    return trace(body, inputs, model_meta("fsdp_layers", p, comm, ffn=Fh))

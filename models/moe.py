@@ -25,8 +25,8 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from ._tracing import Comm, divisible, require, trace
-from .transformer import COMMON_DEFAULTS, _layer_norm, _meta
+from ._tracing import Comm, divisible, layer_norm, model_meta, require, trace
+from .transformer import COMMON_DEFAULTS
 
 MOE_DEFAULTS = {**COMMON_DEFAULTS, "layers": 1, "ffn": 512, "experts": 8, "topk": 2, "shared_ffn": None}
 
@@ -57,7 +57,7 @@ def moe_block(p: dict[str, Any]) -> fx.GraphModule:
     def body(a: dict[str, torch.Tensor]) -> Any:
         x = a["x"].reshape(T, H)
         for i in range(L):
-            h = _layer_norm(x, a[f"l{i}_ln_w"], a[f"l{i}_ln_b"])
+            h = layer_norm(x, a[f"l{i}_ln_w"], a[f"l{i}_ln_b"])
             probs = torch.softmax(torch.mm(h, a[f"l{i}_router"]), dim=-1)      # [T, E]
             top_p, top_e = torch.topk(probs, K, dim=-1)                       # [T, K]
             order = torch.argsort(top_e.reshape(-1), stable=True)            # assignments by expert
@@ -81,4 +81,4 @@ def moe_block(p: dict[str, Any]) -> fx.GraphModule:
             x = out
         return x.view(B, S, H)
 
-    return trace(body, inputs, _meta("moe_block", p, comm, shared_ffn=Fs, capacity=C))
+    return trace(body, inputs, model_meta("moe_block", p, comm, shared_ffn=Fs, capacity=C))

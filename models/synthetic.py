@@ -28,8 +28,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.shape_prop import _extract_tensor_metadata
 
-from ._tracing import divisible, fake_group, require
-from .transformer import _meta
+from ._tracing import divisible, fake_group, model_meta, require
 
 SYNTHETIC_DEFAULTS: dict[str, Any] = {
     "tasks": 200,
@@ -219,5 +218,5 @@ def synthetic(p: dict[str, Any]) -> fx.GraphModule:
     b.graph.output(tuple(lane.node for lane in lanes))
 
     gm = fx.GraphModule(torch.nn.Module(), b.graph, class_name="Synthetic")
-    gm.meta["solvercast"] = _meta("synthetic", p, _GroupInfo(W, group))
+    gm.meta["solvercast"] = model_meta("synthetic", p, _GroupInfo(W, group))
     return gm

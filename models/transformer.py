@@ -16,7 +16,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-from ._tracing import Comm, divisible, dtype_name, require, trace
+from ._tracing import Comm, divisible, dtype_name, ffn_width, layer_norm, model_meta, require, trace
 
 COMMON_DEFAULTS: dict[str, Any] = {
     "layers": 2,
@@ -32,16 +32,6 @@ TP_BLOCK_DEFAULTS = {**COMMON_DEFAULTS, "heads": 8, "ffn": None, "microbatches":
 SP_BLOCK_DEFAULTS = {**COMMON_DEFAULTS, "heads": 8, "ffn": None}
 
 
-def _meta(name: str, p: dict[str, Any], comm: Comm, **extra: Any) -> dict[str, Any]:
-    params = {k: (dtype_name(v) if isinstance(v, torch.dtype) else v) for k, v in p.items()}
-    return {"model": name, "params": params, "world_size": comm.world_size,
-            "group_name": comm.group_name, **extra}
-
-
-def _ffn(p: dict[str, Any]) -> int:
-    return int(p["ffn"]) if p.get("ffn") else 4 * int(p["hidden"])
-
-
 def _mlp(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
     """Column-parallel then row-parallel matmul: the result is a partial sum."""
     return torch.mm(F.gelu(torch.mm(x, w1)), w2)
@@ -53,10 +43,6 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) 
     return torch.bmm(torch.softmax(scores, dim=-1), v)
 
 
-def _layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return F.layer_norm(x, (x.shape[-1],), w, b)
-
-
 # --------------------------------------------------------------------------
 # tp_mlp
 # --------------------------------------------------------------------------
@@ -64,7 +50,7 @@ def _layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tens
 def tp_mlp(p: dict[str, Any]) -> fx.GraphModule:
     L, H, S, B, W, M = (p[k] for k in ("layers", "hidden", "seq", "batch", "world_size", "microbatches"))
     dt = p["dtype"]
-    Fh = _ffn(p)
+    Fh = ffn_width(p)
     divisible(Fh, W, "ffn (MLP width) across world_size")
     divisible(B, M, "batch across microbatches")
     Fl = Fh // W
@@ -83,7 +69,7 @@ def tp_mlp(p: dict[str, Any]) -> fx.GraphModule:
                 hs[m] = hs[m] + comm.wait(red)
         return _joined(hs, B // M, S, H)
 
-    return trace(body, inputs, _meta("tp_mlp", p, comm, ffn=Fh))
+    return trace(body, inputs, model_meta("tp_mlp", p, comm, ffn=Fh))
 
 
 # --------------------------------------------------------------------------
@@ -127,7 +113,7 @@ def _tensor_parallel(p: dict[str, Any]) -> tuple:
     collectives, of a Megatron block with ``p``'s sizes (its checks raise on sizes that do not divide)."""
     W = p["world_size"]
     hl, d = _check_heads(p)
-    Fh = _ffn(p)
+    Fh = ffn_width(p)
     divisible(Fh, W, "ffn (MLP width) across world_size")
     return hl, d, Fh, Fh // W, 1.0 / math.sqrt(d), Comm(W)
 
@@ -142,7 +128,7 @@ def tp_block(p: dict[str, Any]) -> fx.GraphModule:
     inputs = [("x", (B, S, H), dt)] + _layers_inputs(L, H, hl, d, Fl, dt)
 
     def attn_part(h: torch.Tensor, a: dict[str, torch.Tensor], i: int) -> torch.Tensor:
-        ln = _layer_norm(h, a[f"l{i}_ln1_w"], a[f"l{i}_ln1_b"])
+        ln = layer_norm(h, a[f"l{i}_ln1_w"], a[f"l{i}_ln1_b"])
         qkv = torch.mm(ln, a[f"l{i}_wqkv"])                       # [Bm*S, 3*hl*d], batch-major tokens
         qkv = qkv.view(Bm, S, 3, hl, d).permute(2, 0, 3, 1, 4)    # [3, Bm, hl, S, d]
         q, k, v = (t.reshape(Bm * hl, S, d) for t in qkv.unbind(0))
@@ -157,12 +143,12 @@ def tp_block(p: dict[str, Any]) -> fx.GraphModule:
                 red = comm.all_reduce(attn_part(hs[m], a, i))
                 hs[m] = hs[m] + comm.wait(red)
             for m in range(M):
-                ln = _layer_norm(hs[m], a[f"l{i}_ln2_w"], a[f"l{i}_ln2_b"])
+                ln = layer_norm(hs[m], a[f"l{i}_ln2_w"], a[f"l{i}_ln2_b"])
                 red = comm.all_reduce(_mlp(ln, a[f"l{i}_w1"], a[f"l{i}_w2"]))
                 hs[m] = hs[m] + comm.wait(red)
         return _joined(hs, Bm, S, H)
 
-    return trace(body, inputs, _meta("tp_block", p, comm, ffn=Fh))
+    return trace(body, inputs, model_meta("tp_block", p, comm, ffn=Fh))
 
 
 # --------------------------------------------------------------------------
@@ -183,7 +169,7 @@ def sp_block(p: dict[str, Any]) -> fx.GraphModule:
     def body(a: dict[str, torch.Tensor]) -> Any:
         h = a["x"].reshape(Sl * B, H)                             # local sequence shard
         for i in range(L):
-            ln = _layer_norm(h, a[f"l{i}_ln1_w"], a[f"l{i}_ln1_b"])   # on the sequence shard
+            ln = layer_norm(h, a[f"l{i}_ln1_w"], a[f"l{i}_ln1_b"])   # on the sequence shard
             full = comm.wait(comm.all_gather(ln))                    # [S*B, H]
             qkv = torch.mm(full, a[f"l{i}_wqkv"])
             qkv = qkv.view(S, B, 3, hl, d).permute(2, 1, 3, 0, 4)    # [3, B, hl, S, d]
@@ -193,11 +179,11 @@ def sp_block(p: dict[str, Any]) -> fx.GraphModule:
             out = comm.reduce_scatter(torch.mm(ctx, a[f"l{i}_wo"]))  # -> [Sl*B, H]
             h = h + comm.wait(out)
 
-            ln = _layer_norm(h, a[f"l{i}_ln2_w"], a[f"l{i}_ln2_b"])
+            ln = layer_norm(h, a[f"l{i}_ln2_w"], a[f"l{i}_ln2_b"])
             full = comm.wait(comm.all_gather(ln))
             out = comm.reduce_scatter(_mlp(full, a[f"l{i}_w1"], a[f"l{i}_w2"]))
             h = h + comm.wait(out)
         return h.view(Sl, B, H)
 
     require(Sl >= 1, "seq must be >= world_size")
-    return trace(body, inputs, _meta("sp_block", p, comm, ffn=Fh))
+    return trace(body, inputs, model_meta("sp_block", p, comm, ffn=Fh))

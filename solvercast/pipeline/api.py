@@ -6,11 +6,12 @@ import dataclasses
 import gc
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Literal
 
 import torch.fx as fx
 
-from solvercast.cost.device import get_profile
+from solvercast.cost.device import DeviceProfile, get_profile
 from solvercast.cost.model import AnalyticCostModel, CostFnOverrides
 from solvercast.errors import SolvercastError
 from solvercast.fx.compile_streams import annotate_graph_in_place, dynamo_registry
@@ -31,84 +32,96 @@ from solvercast.pipeline.time_plan import can_analyse
 from solvercast.pipeline.tuning import DEFAULT_TUNING, Tuning
 
 
+#: `optimize`'s ``method`` values: "auto" and the names of `solvercast.pipeline.methods.BY_NAME`
+Method = Literal["auto", "cpsat", "cpsat-windows", "cpsat-placement", "prefixes", "milp", "heuristic", "list",
+                 "nondelay", "comm_priority", "raise_comms", "sink_waits", "original"]
+CollectiveOrder = bool | Literal["auto", "global", "group", "free"]
+
+
 @gc_paused()  # the call allocates an object or more per node: collections would walk the graph again and again
 def optimize(
     gm: fx.GraphModule,
     time_limit: float = 10.0,
-    memory_budget: int | float | None = None,
-    device="h100",
+    memory_budget: int | float | Sequence[int | float] | None = None,
+    device: str | DeviceProfile = "h100",
     compute_streams: int = 1,
-    method: str = "auto",
-    preserve_collective_order: bool | str = "auto",
+    method: Method = "auto",
+    preserve_collective_order: CollectiveOrder = "auto",
     deterministic: bool = True,
     *,
     comm_ops=None,
-    cost_fn=None,
+    cost_fn: Callable[[fx.Node], float | None] | None = None,
     cost_model=None,
     progress: Callable[[str], None] | None = None,
     tuning: Tuning | None = None,
-    bucketing: bool | BucketOptions = True,
-    decomposition: bool | str | DecomposeOptions = "auto",
-    freeable_inputs: str | Iterable[str] = "auto",
+    bucketing: bool | Literal["auto"] | BucketOptions = "auto",
+    decomposition: bool | Literal["auto"] | DecomposeOptions = "auto",
+    freeable_inputs: Literal["auto", "held"] | Iterable[str] = "auto",
 ) -> OptimizeResult:
     """Reorder ``gm`` (and assign streams) to minimize its step time within a memory budget.
 
-    ``memory_budget``: bytes (int), a ratio of the original order's peak
-    (float), None (the default: 1.0, never worse than today) or ``math.inf``
-    (no budget); or a list of these: `solvercast.pipeline.pareto.pareto` solves each
-    (sharing ``time_limit``) and the first budget's result is returned with
-    the frontier in ``res.frontier`` and its report. ``cost_model``: a
-    `solvercast.cost.model.CostModel` to price tasks with instead of ``device``'s
-    analytic model (e.g. `solvercast.cost.calibrate` or `solvercast.cost.profiled`'s).
-    ``tuning``: the time shares, rates and window sizes of the time plan and
-    the solvers (`solvercast.pipeline.tuning.Tuning`; None: the shipped
-    `DEFAULT_TUNING`), varied with `dataclasses.replace`. ``bucketing``:
-    whether collectives of one kind and group may share a launch, chosen
-    with the schedule under the budget (`solvercast.pipeline.buckets`):
-    True (any kind), False (never), or a
-    `solvercast.rewrites.bucketing.BucketOptions` (which kinds; ``bitwise=True``
-    only merges whose results are bitwise the unmerged ones). Not with a list
-    of budgets. ``decomposition``: whether an all_gather feeding matmuls, or
-    a matmul feeding a reduce_scatter or all_reduce, may be split into chunks whose
-    communication runs beside each other's matmuls, the degree chosen per
-    site signature with the schedule under the budget
-    (`solvercast.pipeline.decompose`): True, False, or a
-    `solvercast.rewrites.decompose.DecomposeOptions` (which kinds, the
-    largest degree, whether plain all_reduces may be written
-    sequence-parallel first), or "auto" (the default: on where costs are
-    modelled, off with measured costs, which cannot price the chunks' new
-    ops beside the measured ones); chunked results are close to the
-    original, not bitwise. Tried after bucketing; not with a list of budgets.
-    ``preserve_collective_order``: which collectives keep their original
-    relative order: True or "global" (all of them: safe even if ranks
-    compute different schedules), "group" (those of one process group; safe
-    when every rank computes the same schedule: with ``deterministic`` and
-    the same graph and costs on every rank), False or "free" (none), or
-    "auto" (the default: "group" when ``deterministic`` and the costs are a
-    function of the graph alone, the analytic model or a ``cost_fn``; "global"
-    with measured costs (``cost_model``), which differ from rank to rank, or
-    a wall-clock search; `collective_order`); fences (send, recv, barrier,
-    with_effects) stay ordered with every collective in every mode
-    (docs/execution_rules.md, "Collective order").
-    ``freeable_inputs``: which graph inputs the runtime frees after their
-    last use, for every memory figure and the budget (rule M1): "auto" (the
-    default; `solvercast.fx.input_lifetimes`: a torch.compile backward, known
-    by its ``tangents_*`` inputs, frees its saved activations and tangents
-    and holds its ``primals_*`` and the inputs that reach an all_gather;
-    any other graph's inputs are held by its caller; a capture may record the
-    names in ``gm.meta["solvercast_freed_inputs"]``), "held" (none), or the
-    names of the freed inputs. The report's ``inputs`` line says which rule
-    was used.
+    Args:
+        gm: one step's graph, with shape metadata (``meta["val"]``: make_fx, dynamo, AOTAutograd); not modified.
+        time_limit: seconds for the whole call, extraction and lowering included (see Returns).
+        memory_budget: bytes (int), a ratio of the original order's peak (float), None (the default: 1.0,
+            never above today's peak) or ``math.inf`` (none); or a list of these, each solved in turn
+            (`solvercast.pipeline.pareto`, sharing ``time_limit``): the first budget's result is returned with
+            the frontier in ``res.frontier``. Peaks count inputs as ``freeable_inputs`` says.
+        device: the analytic cost model's device profile, by name (`solvercast.cost.device.get_profile`) or as a
+            `DeviceProfile`.
+        compute_streams: how many compute streams the schedule may use (1: comm overlaps compute only).
+        method: "auto" (CP-SAT on whole graphs up to `solve.AUTO_CPSAT_MAX_TASKS` tasks, windowed CP-SAT above),
+            "cpsat", "cpsat-windows", "cpsat-placement", "prefixes" (exact search of program prefixes), "milp"
+            (small graphs), "heuristic" (the best heuristic), "list", "nondelay", "comm_priority",
+            "raise_comms", "sink_waits" or "original" (`solvercast.pipeline.methods`).
+        preserve_collective_order: which collectives keep their original relative order: True or "global"
+            (all: safe even if ranks compute different schedules), "group" (each process group's: safe when
+            every rank computes one schedule), False or "free" (none), or "auto" (the default: "group" when
+            ``deterministic`` and the costs are a function of the graph alone, the analytic model or a
+            ``cost_fn``; else "global"). Fences (send, recv, barrier, with_effects) stay ordered with every
+            collective in every mode (docs/execution_rules.md, "Collective order").
+        deterministic: counted work and the solver's deterministic time instead of the wall clock, so every
+            rank computes the same schedule; where ranks that differed could hang (two or more groups free to
+            interleave, or a split chosen by comparing solves) the wall clock ends a search only at 3x the
+            limit. False: wall-clock limits (and "auto" order becomes "global").
+        comm_ops: extra ops to treat as communication (`solvercast.fx.extract.extract_problem`).
+        cost_fn: ``fn(node) -> seconds or None`` overriding the model's price of a node (None: the model's);
+            the same code on every rank, so the schedule stays rank-independent.
+        cost_model: a `solvercast.cost.model.CostModel` instead of ``device``'s analytic model (e.g.
+            `solvercast.cost.calibrate`'s or `solvercast.cost.profiled`'s measured costs).
+        progress: called with a line of text at each phase (the time left in brackets); None: silent.
+        tuning: the time plan's and the solvers' shares, rates and window sizes
+            (`solvercast.pipeline.tuning.Tuning`, varied with `dataclasses.replace`); None: `DEFAULT_TUNING`.
+        bucketing: whether collectives of one kind and group may share a launch, chosen with the schedule
+            under the budget (`solvercast.pipeline.buckets`): True, False, a
+            `solvercast.rewrites.bucketing.BucketOptions` (which kinds; ``bitwise=True`` only merges whose
+            results are bitwise the unmerged ones), or "auto" (the default: on for one budget, off for a list).
+        decomposition: whether an all_gather feeding matmuls, or a matmul feeding a reduce_scatter or
+            all_reduce, may be split into chunks that overlap each other's matmuls, and plain all_reduces
+            written sequence-parallel first (`solvercast.pipeline.decompose`): True, False, a
+            `solvercast.rewrites.decompose.DecomposeOptions` (kinds, largest degree, sequence parallelism,
+            the inputs alike on every rank), or "auto" (the default: on with modelled costs and one budget;
+            off with measured costs, which cannot price the chunks' new ops, or a list of budgets). Chunked
+            results are close to the original, not bitwise. Tried after bucketing.
+        freeable_inputs: which graph inputs the runtime frees after their last use, for every memory figure
+            and the budget (rule M1): "auto" (the default; `solvercast.fx.input_lifetimes`: a torch.compile
+            backward, known by its ``tangents_*`` inputs, frees its saved activations and tangents and holds
+            its ``primals_*`` and the inputs that reach an all_gather; any other graph's inputs are held by
+            its caller; a capture may record the names in ``gm.meta["solvercast_freed_inputs"]``), "held"
+            (none), or the names of the freed inputs. The report's ``inputs`` line says which rule was used.
 
-    Returns an `OptimizeResult`; ``res.gm`` is a new module. If no method
-    beats the original order, the original order is returned and the report
-    says so. The call returns within about ``time_limit``: a limit too short
-    to read the graph at all (`solvercast.pipeline.time_plan.can_analyse`, by its
-    node count) returns ``gm`` itself, untouched (its peak unchecked against
-    ``memory_budget``), with a report that says so (``res.report.analysed``
-    False). Raises `InfeasibleBudgetError` (naming the smallest peak any
-    method reached) when nothing fits the budget, `ExtractionError` for graphs
-    without shape metadata, `ValueError` for bad arguments.
+    Returns:
+        An `OptimizeResult`; ``res.gm`` is a new module, ``res.report`` says what was done and why. If no
+        method beats the original order, the original order is returned and the report says so. The call
+        returns within about ``time_limit``: a limit too short to read the graph at all
+        (`solvercast.pipeline.time_plan.can_analyse`, by its node count) returns ``gm`` itself, untouched
+        (its peak unchecked against ``memory_budget``), with a report that says so
+        (``res.report.analysed`` False).
+
+    Raises:
+        InfeasibleBudgetError: nothing fits the budget (it names the smallest peak any method reached).
+        ExtractionError: the graph lacks shape metadata.
+        ValueError: a bad argument, or rewrites asked for with a list of budgets.
     """
     check_arguments(method, time_limit, preserve_collective_order)
     preserve_collective_order = collective_order(preserve_collective_order, deterministic, cost_model)
@@ -119,6 +132,12 @@ def optimize(
         return unanalysed(gm, num_nodes, time_limit, started, progress, tuning.time_plan)
     lifetimes = input_lifetimes(gm, freeable_inputs)
     if isinstance(memory_budget, (list, tuple)):
+        asked = [name for name, value in (("bucketing", bucketing), ("decomposition", decomposition))
+                 if value is not False and value != "auto"]
+        if asked:
+            raise ValueError(f"{' and '.join(asked)} cannot be chosen with a list of budgets (each budget would "
+                             f"choose its own rewrites); pass one budget, or leave {'them' if len(asked) > 1 else 'it'} "
+                             f"at 'auto' (off for a list)")
         res = _optimize_budgets(gm, memory_budget, time_limit, device=device, compute_streams=compute_streams,
                                 method=method, preserve_collective_order=preserve_collective_order,
                                 deterministic=deterministic, comm_ops=comm_ops, cost_fn=cost_fn, cost_model=cost_model,
@@ -160,13 +179,15 @@ def collective_order(requested: bool | str, deterministic: bool, cost_model) -> 
     return "group" if deterministic and same_everywhere else "global"
 
 
-def bucket_options(bucketing: bool | BucketOptions) -> BucketOptions | None:
-    """``optimize``'s ``bucketing`` argument as options (None: off)."""
+def bucket_options(bucketing: bool | str | BucketOptions) -> BucketOptions | None:
+    """``optimize``'s ``bucketing`` argument for one budget as options (None: off; "auto": on)."""
     if isinstance(bucketing, BucketOptions):
         return bucketing
+    if bucketing == "auto":
+        return BucketOptions()
     if isinstance(bucketing, bool):
         return BucketOptions() if bucketing else None
-    raise ValueError(f"bucketing must be True, False or a BucketOptions, got {bucketing!r}")
+    raise ValueError(f"bucketing must be True, False, 'auto' or a BucketOptions, got {bucketing!r}")
 
 
 def decompose_options(decomposition: bool | str | DecomposeOptions, cost_model=None) -> DecomposeOptions | None:

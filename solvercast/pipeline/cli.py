@@ -98,7 +98,7 @@ def _measured_costs(args, gm, say):
 
 
 #: --buckets -> optimize's ``bucketing``
-BUCKETING = {"auto": True, "bitwise": BucketOptions(bitwise=True), "off": False}
+BUCKETING = {"auto": "auto", "bitwise": BucketOptions(bitwise=True), "off": False}
 #: --decompose -> optimize's ``decomposition``
 DECOMPOSITION = {"auto": "auto", "on": True, "off": False}
 

@@ -73,12 +73,14 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from solvercast.cost.device import H100, DeviceProfile
-from solvercast.errors import SolvercastError
+from solvercast.errors import MeasureError, SolvercastError
+from solvercast.fx.input_lifetimes import input_lifetimes
 from solvercast.graph.fxmeta import node_val
 from solvercast.models import fake_group
 from solvercast.pipeline.api import optimize
+from solvercast.runtime.memory_oracle import live_bytes_peak
 from solvercast.rewrites.decompose import DecomposeOptions
-from solvercast.testing.fuzz import _identical
+from solvercast.testing.fuzz import identical
 
 C10D = torch.ops._c10d_functional
 
@@ -995,7 +997,7 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
                if not (x.shape == y.shape and torch.allclose(x, y, rtol=RTOL, atol=ATOL, equal_nan=True))]
         expected = f"within rtol {RTOL:g}, atol {ATOL:g}"
     else:
-        bad = [i for i, (x, y) in enumerate(zip(ref, got)) if not _identical(x, y)]
+        bad = [i for i, (x, y) in enumerate(zip(ref, got)) if not identical(x, y)]
         expected = "bitwise"
     if bad:
         worst = max(bad, key=lambda i: diffs[i])
@@ -1015,10 +1017,6 @@ def _above_original_peak(gm: torch.fx.GraphModule, lowered: torch.fx.GraphModule
     """At budget 1.0: whether ``lowered`` holds more than ``gm`` by the real-tensor memory oracle
     (`solvercast.runtime.memory_oracle`, the inputs held or freed as their runtime does): a message, None
     when it holds no more, False where the oracle cannot run the graph (a collective it has no stand-in for)."""
-    from solvercast.fx.input_lifetimes import input_lifetimes
-    from solvercast.errors import MeasureError
-    from solvercast.runtime.memory_oracle import live_bytes_peak
-
     freed = input_lifetimes(gm).freed
     try:
         before = live_bytes_peak(gm, [a.clone() for a in args], freed).peak

@@ -187,7 +187,7 @@ def trace_program(prog: Program, mode: str = "fake"):
     return make_fx(prog)(*args)
 
 
-def _identical(x: torch.Tensor, y: torch.Tensor) -> bool:
+def identical(x: torch.Tensor, y: torch.Tensor) -> bool:
     """Bit for bit, NaNs where NaNs are."""
     return x.dtype == y.dtype and x.shape == y.shape and bool(
         (torch.isnan(x) & torch.isnan(y) | (x == y)).all()) if x.is_floating_point() else torch.equal(x, y)
@@ -239,7 +239,7 @@ def check_optimize(case: Case, time_limit: float = 1.0) -> tuple[str, list[str]]
     low_args = [a.clone() for a in args]
     try:
         got = run_local(res.gm, low_args) + low_args
-        if len(got) != len(ref) or not all(_identical(x, y) for x, y in zip(ref, got)):
+        if len(got) != len(ref) or not all(identical(x, y) for x, y in zip(ref, got)):
             problems.append("wrong values")
     except Exception as e:  # noqa: BLE001
         problems.append(f"lowered module fails: {type(e).__name__}: {str(e)[:200]}")

@@ -122,3 +122,18 @@ def test_progress_lines_name_their_budget(zoo_graph):
     labels = [line.split(":")[0] for line in lines]
     assert labels and set(labels) == {"budget 1x", "budget none"}
     assert labels.index("budget none") > max(i for i, x in enumerate(labels) if x == "budget 1x")
+
+
+@pytest.mark.parametrize("rewrites", [dict(bucketing=True), dict(decomposition=True),
+                                      dict(bucketing=False, decomposition="auto")])
+def test_a_list_of_budgets_refuses_rewrites_asked_for_and_leaves_auto_off(rewrites, zoo_graph):
+    """Each budget would choose its own rewrites: asked for by name, the call says so instead of dropping
+    them; left at "auto" they are off for a list."""
+    gm = zoo_graph("tp_mlp")
+    asked = [k for k, v in rewrites.items() if v is True]
+    if asked:
+        with pytest.raises(ValueError, match=f"{asked[0]} cannot be chosen with a list of budgets"):
+            optimize(gm, time_limit=2, memory_budget=[1.0, math.inf], method="heuristic", **rewrites)
+    else:
+        res = optimize(gm, time_limit=2, memory_budget=[1.0, math.inf], method="heuristic", **rewrites)
+        assert res.report.buckets is None and res.report.decomposition is None
