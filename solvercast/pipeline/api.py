@@ -6,8 +6,8 @@ import dataclasses
 import gc
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import Literal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
 
 import torch.fx as fx
 
@@ -19,10 +19,10 @@ from solvercast.fx.lower import graph_module
 from solvercast.fx.pin_order import pin_order
 from solvercast.gc_paused import gc_paused
 from solvercast.ir.budget import resolve_budget
-from solvercast.pipeline.buckets import choose_buckets
-from solvercast.pipeline.decompose import choose_decomposition
 from solvercast.ir.problem import collective_order_value
 from solvercast.pipeline.pareto import pareto
+from solvercast.pipeline.rewrite_registry import REWRITES
+from solvercast.pipeline.rewrite_search import search_rewrites
 from solvercast.rewrites.bucketing import BucketOptions
 from solvercast.rewrites.decompose import DecomposeOptions
 from solvercast.pipeline.solve import (OptimizeResult, check_arguments, extract_for_optimize, optimize_extracted,
@@ -57,6 +57,7 @@ def optimize(
     bucketing: bool | Literal["auto"] | BucketOptions = "auto",
     decomposition: bool | Literal["auto"] | DecomposeOptions = "auto",
     freeable_inputs: Literal["auto", "held"] | Iterable[str] = "auto",
+    rewrites: Mapping[str, Any] | None = None,
 ) -> OptimizeResult:
     """Reorder ``gm`` (and assign streams) to minimize its step time within a memory budget.
 
@@ -109,6 +110,9 @@ def optimize(
             its ``primals_*`` and the inputs that reach an all_gather; any other graph's inputs are held by
             its caller; a capture may record the names in ``gm.meta["solvercast_freed_inputs"]``), "held"
             (none), or the names of the freed inputs. The report's ``inputs`` line says which rule was used.
+        rewrites: any registered rewrite kind's argument by its name
+            (`solvercast.pipeline.rewrite_registry.REWRITES`: "buckets" is ``bucketing``, "decomposition"
+            ``decomposition``); a kind not named is "auto".
 
     Returns:
         An `OptimizeResult`; ``res.gm`` is a new module, ``res.report`` says what was done and why. If no
@@ -132,7 +136,8 @@ def optimize(
         return unanalysed(gm, num_nodes, time_limit, started, progress, tuning.time_plan)
     lifetimes = input_lifetimes(gm, freeable_inputs)
     if isinstance(memory_budget, (list, tuple)):
-        asked = [name for name, value in (("bucketing", bucketing), ("decomposition", decomposition))
+        asked = [name for name, value in (("bucketing", bucketing), ("decomposition", decomposition),
+                                          *(rewrites or {}).items())
                  if value is not False and value != "auto"]
         if asked:
             raise ValueError(f"{' and '.join(asked)} cannot be chosen with a list of budgets (each budget would "
@@ -151,12 +156,13 @@ def optimize(
                                     freeable_inputs=lifetimes.freed)
 
     extracted = extract(gm)
-    options, decompose = bucket_options(bucketing), decompose_options(decomposition, cost_model)
-    if (options is None and decompose is None) or method == "original":
+    asked = {"buckets": bucketing, "decomposition": decomposition} | dict(rewrites or {})
+    requested = {r.name: r.options(asked.get(r.name, "auto"), cost_model) for r in REWRITES}
+    if all(o is None for o in requested.values()) or method == "original":
         res = optimize_extracted(gm, extracted, time_limit, memory_budget, method, deterministic, started=started,
                                  cost_model=cost_model, progress=progress, tuning=tuning)
     else:
-        res = _optimize_rewritten(gm, extracted, extract, options, decompose, time_limit, memory_budget, method,
+        res = _optimize_rewritten(gm, extracted, extract, requested, time_limit, memory_budget, method,
                                   deterministic, started, cost_model, progress, tuning)
     return _with_inputs(res, lifetimes)
 
@@ -179,72 +185,28 @@ def collective_order(requested: bool | str, deterministic: bool, cost_model) -> 
     return "group" if deterministic and same_everywhere else "global"
 
 
-def bucket_options(bucketing: bool | str | BucketOptions) -> BucketOptions | None:
-    """``optimize``'s ``bucketing`` argument for one budget as options (None: off; "auto": on)."""
-    if isinstance(bucketing, BucketOptions):
-        return bucketing
-    if bucketing == "auto":
-        return BucketOptions()
-    if isinstance(bucketing, bool):
-        return BucketOptions() if bucketing else None
-    raise ValueError(f"bucketing must be True, False, 'auto' or a BucketOptions, got {bucketing!r}")
-
-
-def decompose_options(decomposition: bool | str | DecomposeOptions, cost_model=None) -> DecomposeOptions | None:
-    """``optimize``'s ``decomposition`` argument as options (None: off). "auto": on with modelled costs (none
-    given, or the analytic model), off with measured ones: a chunk's new ops have no measurement and would
-    be priced by the model beside measured originals, which biases the choice."""
-    if isinstance(decomposition, DecomposeOptions):
-        return decomposition
-    if decomposition == "auto":
-        decomposition = cost_model is None or isinstance(cost_model, AnalyticCostModel)
-    if isinstance(decomposition, bool):
-        return DecomposeOptions() if decomposition else None
-    raise ValueError(f"decomposition must be True, False, 'auto' or a DecomposeOptions, got {decomposition!r}")
-
-
-def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, decompose: DecomposeOptions | None,
-                        time_limit: float, memory_budget, method: str, deterministic: bool, started: float, cost_model,
-                        progress, tuning: Tuning) -> OptimizeResult:
-    """`optimize` with the rewrites chosen by the heuristics' step under the budget: buckets (`choose_buckets`),
-    then collective-matmul decomposition (`choose_decomposition`) on the bucketed graph, each within its share
-    of the time limit; then the chosen graph ordered by ``method`` (with a split, the graph without it too, the
-    shorter kept). The report's baseline stays the input graph's original order."""
+def _optimize_rewritten(gm, extracted, extract, requested: dict, time_limit: float, memory_budget, method: str,
+                        deterministic: bool, started: float, cost_model, progress, tuning: Tuning) -> OptimizeResult:
+    """`optimize` with the rewrites chosen by the heuristics' step under the budget: each kind of
+    `REWRITES` whose ``requested`` options are not None (`search_rewrites`: buckets, then collective-matmul
+    decomposition on the bucketed graph), each within its share of the time limit; then the chosen graph
+    ordered by ``method``. Where a kind the solver judges again (`Rewrite.solved_both_ways`) rewrote the
+    graph, the graph without it is solved too and the shorter kept. The report's baseline stays the input
+    graph's original order."""
     original = extracted
     baseline = extracted.baseline
     budget = resolve_budget(memory_budget, lambda: baseline.peak_memory, default=baseline.peak_memory)
     say = (lambda msg: None) if progress is None else progress
-    plan = tuning.time_plan
-    rate = plan.work_per_second
 
-    def limits(share: float) -> dict:
-        return dict(work_limit=share * time_limit * rate, extract_work_per_task=plan.extract_seconds_per_task * rate,
-                    work_per_second=rate, say=say,
-                    deadline=float("inf") if deterministic else time.perf_counter() + share * time_limit)
+    def deadline_of(seconds: float) -> float:  # deterministic: counted work alone ends a search
+        return math.inf if deterministic else time.perf_counter() + seconds
 
-    phases, notes = {}, {}
-    choice = None
-    if options is not None:
-        bucket_limits = limits(plan.bucket_share)
-        bucket_limits["extract_work_per_task"] += plan.bucket_write_seconds_per_task * rate  # each plan is written first
-        choice = choose_buckets(gm, extracted, extract, budget, options, **bucket_limits,
-                               plan_work=plan.bucket_plan_share * time_limit * rate)
-        gm, extracted = choice.gm, choice.extracted
-        phases["buckets"], notes["buckets"] = round(choice.seconds, 4), choice.summary()
-    split = None
-    if decompose is not None:  # judged on the bucketed graph: the step it would otherwise run
-        given = limits(plan.decompose_share)
-        given["extract_work_per_task"] += plan.decompose_write_seconds_per_task * rate  # each plan is written first
-        if choice is not None:  # the work the bucket search left (it stops early where no plan is left to try)
-            left = max(0.0, bucket_limits["work_limit"] - choice.work_spent)
-            given["work_limit"] += left
-            given["deadline"] += left / rate
-        found = choose_decomposition(gm, extracted, extract, budget, decompose, **given,
-                                     plan_work=plan.decompose_plan_share * time_limit * rate)
-        phases["decomposition"], notes["decomposition"] = round(found.seconds, 4), found.summary()
-        split = found if found.rewritten else None
-
-    if choice is not None or split is not None:
+    choices = search_rewrites(REWRITES, requested, gm, extracted, extract, budget, time_limit, tuning.time_plan,
+                              deadline_of, say)
+    phases = {c.kind: round(c.seconds, 4) for c in choices}
+    notes = tuple((c.kind, c.summary()) for c in choices)
+    kept = {c.kind: c for c in choices if c.rewritten}
+    if kept:
         # the plans tried are garbage in cycles (FX graphs), kept while the collector is paused: collected
         # here, inside the time limit the solves below keep, not by the caller's first allocation after
         # the call (1.6 s on fw_64_2d's plans). The youngest generation holds everything the call allocated;
@@ -256,35 +218,38 @@ def _optimize_rewritten(gm, extracted, extract, options: BucketOptions | None, d
                                   started=started, cost_model=cost_model, progress=progress, tuning=tuning,
                                   must_agree=must_agree)
 
-    if split is not None:
-        # the split was judged by the heuristics; the solver may order the graph without it better (it did on
-        # fsdp_tp's backward): both are solved, each in half the time left, and the shorter kept. Deterministic,
-        # the time used is the searches' counted work, not the clock: which graph is kept decides the launches,
-        # and every rank must take the same (a clock read here split a reduce_scatter on one rank, not another)
-        used = (choice.work_spent if choice is not None else 0.0) + found.work_spent
-        elapsed = used / rate if deterministic else time.perf_counter() - started
-        # (the steps of both solves decide the launches, so neither may be cut by the clock on one rank only)
-        res = solve(split.gm, split.extracted, elapsed + max(0.0, time_limit - elapsed) / 2, must_agree=True)
-        plain = solve(gm, extracted, time_limit, must_agree=True)
+    last = choices[-1] if choices else None
+    solved_both_ways = {r.name for r in REWRITES if r.solved_both_ways}
+    if last is not None and last.kind in kept and last.kind in solved_both_ways:
+        # judged by the heuristics, the solver may order the graph without it better (it did on fsdp_tp's
+        # backward): both are solved, the rewritten one in half the time left, and the shorter kept.
+        # Deterministic, the time used is the searches' counted work, not the clock: which graph is kept decides
+        # the launches, and every rank must take the same (a clock read here split a reduce_scatter on one rank,
+        # not another); for the same reason neither solve may be cut by the clock on one rank only
+        before = choices[-2] if len(choices) > 1 else None
+        plain_gm, plain_ex = (before.gm, before.extracted) if before is not None else (gm, extracted)
+        used = sum(c.work_spent for c in choices)
+        elapsed = used / tuning.time_plan.work_per_second if deterministic else time.perf_counter() - started
+        res = solve(last.gm, last.extracted, elapsed + max(0.0, time_limit - elapsed) / 2, must_agree=True)
+        plain = solve(plain_gm, plain_ex, time_limit, must_agree=True)
         if plain.optimized is not None and (res.optimized is None or plain.optimized.makespan <= res.optimized.makespan):
-            notes["decomposition"] = (
-                f"declined once solved: {_step_us(plain)} without it against {_step_us(res)} with it "
-                f"({split.plan.describe(split.sites)}{', sequence parallel' if split.sequence_parallel else ''})")
-            res, split = plain, None
+            notes = tuple((kind, f"declined once solved: {_step_us(plain)} without it against {_step_us(res)} "
+                                 f"with it ({text})") if kind == last.kind else (kind, text) for kind, text in notes)
+            res = plain
+            del kept[last.kind]
     else:
-        res = solve(gm, extracted, time_limit)
-    # (the split graph's solve ran to half the time left: the call's limit is the caller's, and its total the
+        res = solve(last.gm if last is not None else gm, last.extracted if last is not None else extracted,
+                    time_limit)
+    # (a rewritten graph's solve ran to half the time left: the call's limit is the caller's, and its total the
     # whole call's, both solves included)
     phases["total"] = round(time.perf_counter() - started, 4)
-    report = dataclasses.replace(res.report, phases=res.report.phases | phases, time_limit=time_limit, **notes)
-    buckets = choice if choice is not None and choice.plan.buckets else None
-    if buckets is None and split is None:
+    report = dataclasses.replace(res.report, phases=res.report.phases | phases, time_limit=time_limit, rewrites=notes)
+    if not kept:
         return dataclasses.replace(res, report=report)
     report = dataclasses.replace(
         report, baseline_makespan=baseline.makespan, baseline_exposed_comm=baseline.exposed_comm,
         baseline_peak_memory=baseline.peak_memory, memory_budget=budget)
-    return dataclasses.replace(res, report=report, baseline=baseline, baseline_problem=original.problem,
-                               buckets=buckets, decomposition=split)
+    return dataclasses.replace(res, report=report, baseline=baseline, baseline_problem=original.problem, rewrites=kept)
 
 
 def _step_us(res: OptimizeResult) -> str:

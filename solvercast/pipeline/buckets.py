@@ -33,6 +33,7 @@ from solvercast.ir.problem import Problem
 from solvercast.ir.schedule import Schedule
 from solvercast.ir.simulate import SimResult, idle_points
 from solvercast.pipeline.plan_judge import PlanJudge
+from solvercast.pipeline.rewrite_search import Rewrite, RewriteChoice, RewriteShare, SearchLimits
 from solvercast.rewrites.bucketing import (BITWISE_KINDS, BUCKET_MEMBERS, BucketGraph, BucketOptions, BucketPlan,
                                           apply_buckets)
 
@@ -41,20 +42,15 @@ CAP_MULTIPLES = (2, 4, 8, 16, 32, 64, 128, 256)
 
 
 @dataclass
-class BucketChoice:
-    """The plan taken, its graph and what the search saw. ``tried``: (plan line, step ns or None when no
-    schedule fit the budget), in the order tried."""
+class BucketChoice(RewriteChoice):
+    """`RewriteChoice` of the bucket search: ``plan`` a `BucketPlan`, ``graph`` the `BucketGraph` its buckets
+    are of."""
 
-    plan: BucketPlan
-    gm: fx.GraphModule
-    extracted: object  # `solvercast.pipeline.solve.Extracted` of ``gm``
-    graph: BucketGraph
-    step: int | None  # the heuristics' step on the chosen plan's graph
-    unbucketed_step: int | None
-    tried: list = field(default_factory=list)
-    seconds: float = 0.0
-    work_spent: float = 0.0  # the heuristic work the search counted (`PlanJudge.spent`)
-    skipped: str = ""  # why no plan was tried, where the graph had some to try
+    graph: BucketGraph | None = None
+
+    @property
+    def rewritten(self) -> bool:
+        return bool(self.plan.buckets)
 
     def launch_members(self) -> dict[str, tuple[str, ...]]:
         """Each bucket's launch (its node's name in the bucketed graph) -> the collectives it launches."""
@@ -70,9 +66,7 @@ class BucketChoice:
                 else "no buckets: no two collectives may share a launch"
         kinds = {sites[b[0]].kind for b in self.plan.buckets}
         bitwise = all(k in BITWISE_KINDS for k in kinds)
-        gain = "" if self.step is None or not self.unbucketed_step else \
-            f"; the heuristics' step {self.unbucketed_step / 1e3:,.1f} -> {self.step / 1e3:,.1f} us"
-        return (f"{self.plan.describe(sites)} ({len(self.tried)} plans tried{gain}); "
+        return (f"{self.plan.describe(sites)} ({len(self.tried)} plans tried{self.gain()}); "
                 + ("bitwise identical results" if bitwise else
                    "reduce_scatter/all_reduce buckets may sum in another order (not bitwise; "
                    "BucketOptions(bitwise=True) forbids them)"))
@@ -97,15 +91,16 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
                 if sum(s.kind == k for s in graph.sites) >= 2}
     kinds = sorted(bytes_of, key=lambda k: (-bytes_of[k], k))
     if not kinds:  # nothing may merge: no plan, and no heuristic run to compare it with
-        return BucketChoice(BucketPlan(), gm, unbucketed, graph, None, None, seconds=time.perf_counter() - started)
+        return BucketChoice(BucketPlan(), gm, unbucketed, None, None, seconds=time.perf_counter() - started,
+                            graph=graph)
     judge = PlanJudge(budget, work_limit, extract_work_per_task, plan_work)
     # a plan's graph: each merged collective adds at most an input view, a result's getitem, copy and view
     tasks = unbucketed.problem.num_tasks + 4 * len(graph.sites)
     if not judge.affords(work_limit, tasks, plans=2):  # the unbucketed graph's step and one plan
-        return BucketChoice(BucketPlan(), gm, unbucketed, graph, None, None, seconds=time.perf_counter() - started,
-                            skipped=judge.unaffordable(work_limit, tasks, work_per_second))
+        return BucketChoice(BucketPlan(), gm, unbucketed, None, None, seconds=time.perf_counter() - started,
+                            skipped=judge.unaffordable(work_limit, tasks, work_per_second), graph=graph)
     base_step = judge.step(unbucketed)
-    best = BucketChoice(BucketPlan(), gm, unbucketed, graph, base_step, base_step)
+    best = BucketChoice(BucketPlan(), gm, unbucketed, base_step, base_step, graph=graph)
     best_judged = None  # the best plan's (problem, schedule, simulation): where its step waits
     caps: dict[str, int] = {}
     limit = work_limit
@@ -237,3 +232,26 @@ def halve(plan: BucketPlan, members: tuple[str, ...], graph: BucketGraph) -> Buc
     halves = (members[:cut], members[cut:])
     return BucketPlan(tuple(part for bucket in plan.buckets
                             for part in (halves if bucket == members else (bucket,))))
+
+
+def _rewrite_search(gm: fx.GraphModule, extracted, extract: Callable, budget: int | None, options: BucketOptions,
+            limits: SearchLimits, say: Callable[[str], None]) -> BucketChoice:
+    return choose_buckets(gm, extracted, extract, budget, options, work_limit=limits.work_limit,
+                          extract_work_per_task=limits.extract_work_per_task, say=say, deadline=limits.deadline,
+                          plan_work=limits.plan_work, work_per_second=limits.work_per_second)
+
+
+def bucket_options(bucketing: bool | str | BucketOptions, cost_model=None) -> BucketOptions | None:
+    """``optimize``'s ``bucketing`` argument for one budget as options (None: off; "auto": on)."""
+    if isinstance(bucketing, BucketOptions):
+        return bucketing
+    if bucketing == "auto":
+        return BucketOptions()
+    if isinstance(bucketing, bool):
+        return BucketOptions() if bucketing else None
+    raise ValueError(f"bucketing must be True, False, 'auto' or a BucketOptions, got {bucketing!r}")
+
+
+#: the bucket search as a rewrite kind (`solvercast.pipeline.rewrite_registry.REWRITES`)
+BUCKETS = Rewrite("buckets", bucket_options, _rewrite_search,
+                  lambda t: RewriteShare(t.bucket_share, t.bucket_plan_share, t.bucket_write_seconds_per_task))

@@ -25,30 +25,23 @@ from dataclasses import dataclass, field
 
 import torch.fx as fx
 
+from solvercast.cost.model import AnalyticCostModel
 from solvercast.errors import SolvercastError
 from solvercast.graph.nodes import NodeKind, classify
 from solvercast.pipeline.plan_judge import PlanJudge
+from solvercast.pipeline.rewrite_search import Rewrite, RewriteChoice, RewriteShare, SearchLimits
 from solvercast.rewrites.decompose import (DecomposeOptions, DecomposePlan, MatmulSite, apply_decomposition,
                                            matmul_sites)
 from solvercast.rewrites.sequence_parallel import SPSite, apply_sequence_parallel, sp_sites
 
 
 @dataclass
-class DecomposeChoice:
-    """The plan taken, its graph and what the search saw. ``tried``: (plan line, step ns or None when no
-    schedule fit the budget), in the order tried."""
+class DecomposeChoice(RewriteChoice):
+    """`RewriteChoice` of the decomposition search: ``plan`` a `DecomposePlan` of ``sites``, and the
+    all_reduces written ``sequence_parallel`` before the split."""
 
-    plan: DecomposePlan
-    gm: fx.GraphModule
-    extracted: object  # `solvercast.pipeline.solve.Extracted` of ``gm``
-    sites: dict[str, MatmulSite]
-    step: int | None  # the heuristics' step on the chosen plan's graph
-    original_step: int | None  # ... on the input graph
-    tried: list = field(default_factory=list)
-    seconds: float = 0.0
-    sequence_parallel: tuple[str, ...] = ()  # the all_reduces written sequence-parallel before the split
-    skipped: str = ""  # why no plan was tried, where the graph had sites to try
-    work_spent: float = 0.0  # the heuristic work the search counted (`PlanJudge.spent`)
+    sites: dict[str, MatmulSite] = field(default_factory=dict)
+    sequence_parallel: tuple[str, ...] = ()
 
     @property
     def rewritten(self) -> bool:
@@ -61,12 +54,10 @@ class DecomposeChoice:
                 return f"no decomposition: {self.skipped}"
             return f"no decomposition: none of {len(self.tried)} plans tried shortened the step" if self.tried \
                 else "no decomposition: no collective-matmul or sequence-parallel site"
-        gain = "" if self.step is None or not self.original_step else \
-            f"; the heuristics' step {self.original_step / 1e3:,.1f} -> {self.step / 1e3:,.1f} us"
         sp = (f"sequence parallel: {len(self.sequence_parallel)} all_reduces as reduce_scatter + all_gather; "
               if self.sequence_parallel else "")
-        return (f"{sp}{self.plan.describe(self.sites)} ({len(self.tried)} plans tried{gain}); chunked matmuls and "
-                "collectives may sum in another order (close, not bitwise)")
+        return (f"{sp}{self.plan.describe(self.sites)} ({len(self.tried)} plans tried{self.gain()}); chunked "
+                "matmuls and collectives may sum in another order (close, not bitwise)")
 
 
 def choose_decomposition(gm: fx.GraphModule, undecomposed, extract: Callable, budget: int | None,
@@ -84,15 +75,14 @@ def choose_decomposition(gm: fx.GraphModule, undecomposed, extract: Callable, bu
     sites = {s.collective: s for s in matmul_sites(gm, options)}
     starts = [((), gm, undecomposed, sites)]
     if not sites and not reduced:
-        return DecomposeChoice(DecomposePlan(), gm, undecomposed, sites, None, None,
-                               seconds=time.perf_counter() - started)
+        return DecomposeChoice(DecomposePlan(), gm, undecomposed, None, None, seconds=time.perf_counter() - started,
+                               sites=sites)
     tasks = undecomposed.problem.num_tasks
     if not judge.affords(work_limit, tasks, plans=2):  # the undecomposed graph's step and one plan
-        return DecomposeChoice(DecomposePlan(), gm, undecomposed, sites, None, None,
-                               seconds=time.perf_counter() - started,
-                               skipped=judge.unaffordable(work_limit, tasks, work_per_second))
+        return DecomposeChoice(DecomposePlan(), gm, undecomposed, None, None, seconds=time.perf_counter() - started,
+                               skipped=judge.unaffordable(work_limit, tasks, work_per_second), sites=sites)
     base_step = judge.step(undecomposed)
-    best = DecomposeChoice(DecomposePlan(), gm, undecomposed, sites, base_step, base_step)
+    best = DecomposeChoice(DecomposePlan(), gm, undecomposed, base_step, base_step, sites=sites)
     if reduced and judge.affords(work_limit, tasks, plans=2):  # the start's own extraction, and a plan from it
         try:
             sp_gm = apply_sequence_parallel(gm, reduced, options.replicated_inputs)
@@ -197,3 +187,33 @@ def _search(best: DecomposeChoice, sp: tuple, gm: fx.GraphModule, extracted, sit
                 current, chosen = step, trial
             elif start == 1 and degree > chosen.get(signature, 1):
                 break  # more chunks cost more launches and copies: past the best degree it only gets worse
+
+
+def _rewrite_search(gm: fx.GraphModule, extracted, extract: Callable, budget: int | None, options: DecomposeOptions,
+            limits: SearchLimits, say: Callable[[str], None]) -> DecomposeChoice:
+    return choose_decomposition(gm, extracted, extract, budget, options, work_limit=limits.work_limit,
+                                extract_work_per_task=limits.extract_work_per_task, say=say,
+                                deadline=limits.deadline, plan_work=limits.plan_work,
+                                work_per_second=limits.work_per_second)
+
+
+def decompose_options(decomposition: bool | str | DecomposeOptions, cost_model=None) -> DecomposeOptions | None:
+    """``optimize``'s ``decomposition`` argument for one budget as options (None: off). "auto": on with modelled
+    costs (none given, or the analytic model), off with measured ones: a chunk's new ops have no measurement
+    and would be priced by the model beside measured originals, which biases the choice."""
+    if isinstance(decomposition, DecomposeOptions):
+        return decomposition
+    if decomposition == "auto":
+        decomposition = cost_model is None or isinstance(cost_model, AnalyticCostModel)
+    if isinstance(decomposition, bool):
+        return DecomposeOptions() if decomposition else None
+    raise ValueError(f"decomposition must be True, False, 'auto' or a DecomposeOptions, got {decomposition!r}")
+
+
+#: the decomposition search as a rewrite kind (`solvercast.pipeline.rewrite_registry.REWRITES`): the heuristics'
+#: step judges a split, and the solver may order the graph without it better (it did on fsdp_tp's backward), so
+#: both graphs are solved and the shorter kept
+DECOMPOSITION = Rewrite("decomposition", decompose_options, _rewrite_search,
+                        lambda t: RewriteShare(t.decompose_share, t.decompose_plan_share,
+                                               t.decompose_write_seconds_per_task),
+                        solved_both_ways=True)

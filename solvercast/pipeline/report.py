@@ -57,12 +57,9 @@ class Report:
     notes: tuple = ()
     # which collectives kept their original order: "global", "group" (within each process group) or "free"
     collective_order: str | None = None
-    # which collectives share a launch, whether results stay bitwise, what the plans tried gave
-    # (`solvercast.pipeline.buckets.BucketChoice.summary`); None when bucketing was off
-    buckets: str | None = None
-    # which collective-matmul sites were split into how many chunks
-    # (`solvercast.pipeline.decompose.DecomposeChoice.summary`); None when decomposition was off
-    decomposition: str | None = None
+    # each rewrite kind's search that ran, in order: (its name, its summary: what it chose, whether results stay
+    # bitwise, what the plans tried gave; `solvercast.pipeline.rewrite_search.RewriteChoice.summary`)
+    rewrites: tuple[tuple[str, str], ...] = ()
     # False when the time limit could not pay for reading the graph: the module came back untouched, and
     # every figure above is None (`Report.unanalysed`)
     analysed: bool = True
@@ -107,6 +104,20 @@ class Report:
             time_plan=dict(info.get("time_plan", {})), heuristics_cut=list(info.get("heuristics_cut", [])),
             costs=info.get("costs"), notes=tuple(problem.notes), collective_order=problem.collective_order)
 
+    def rewrite(self, name: str) -> str | None:
+        """The summary of the rewrite kind ``name``'s search, None where it did not run."""
+        return dict(self.rewrites).get(name)
+
+    @property
+    def buckets(self) -> str | None:
+        """Which collectives share a launch (`solvercast.pipeline.buckets`); None when bucketing was off."""
+        return self.rewrite("buckets")
+
+    @property
+    def decomposition(self) -> str | None:
+        """Which collective-matmul sites were split (`solvercast.pipeline.decompose`); None when off."""
+        return self.rewrite("decomposition")
+
     @property
     def speedup(self) -> float | None:
         if not self.analysed:
@@ -117,6 +128,8 @@ class Report:
         """JSON-ready."""
         d = asdict(self)
         d["speedup"] = self.speedup
+        d["rewrites"] = dict(self.rewrites)
+        d["buckets"], d["decomposition"] = self.buckets, self.decomposition
         return d
 
     def __str__(self) -> str:
@@ -175,10 +188,7 @@ class Report:
                             "free": "collectives launch in any order"}.get(self.collective_order, ""))
         if self.inputs:
             lines.append(f"  inputs           {self.inputs}")
-        if self.decomposition:
-            lines.append(f"  decomposition    {self.decomposition}")
-        if self.buckets:
-            lines.append(f"  buckets          {self.buckets}")
+        lines += [f"  {name:<16} {summary}" for name, summary in self.rewrites]
         if self.costs:
             lines.append(f"  costs            {self.costs}")
         lines += [f"  note             {n}" for n in self.notes]

@@ -59,7 +59,8 @@ class RewriteChoice:
     graph is left as it is), its graph ``gm`` and ``extracted`` (`solvercast.pipeline.solve.Extracted`),
     the heuristics' ``step`` on it and ``original_step`` on the graph the search started from, every plan
     ``tried`` ((plan line, step ns or None when no schedule fit the budget), in order), the ``seconds`` and
-    counted ``work_spent``, and ``skipped``: why no plan was tried where the graph had some. Kinds add
+    counted ``work_spent``, ``skipped``: why no plan was tried where the graph had some, and ``kind``, the
+    rewrite's name. Kinds add
     what their summaries need (`solvercast.pipeline.buckets.BucketChoice`,
     `solvercast.pipeline.decompose.DecomposeChoice`)."""
 
@@ -72,11 +73,12 @@ class RewriteChoice:
     seconds: float = 0.0
     work_spent: float = 0.0
     skipped: str = ""
+    kind: str = ""  # the `Rewrite` whose search chose it (set by `search_rewrites`)
 
     @property
     def rewritten(self) -> bool:
         """Whether the chosen graph differs from the one the search started from."""
-        return bool(self.plan)
+        raise NotImplementedError
 
     def gain(self) -> str:
         """The report's words for what the chosen plan bought, or "" where nothing was measured."""
@@ -122,6 +124,7 @@ def search_rewrites(rewrites: Sequence[Rewrite], requested: Mapping[str, Any], g
             extract_work_per_task=(tuning.extract_seconds_per_task + share.write_seconds_per_task) * rate,
             work_per_second=rate, deadline=deadline_of(work / rate))
         choice = rewrite.search(gm, extracted, extract, budget, options, limits, say)
+        choice.kind = rewrite.name
         choices.append(choice)
         left = max(0.0, work - choice.work_spent)
         gm, extracted = choice.gm, choice.extracted

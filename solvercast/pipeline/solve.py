@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch.fx as fx
 
@@ -46,21 +46,26 @@ class OptimizeResult:
     baseline: SimResult | None
     optimized: SimResult | None
     frontier: object = None  # `solvercast.pipeline.pareto.Frontier` when several memory budgets were given
-    # with buckets (`solvercast.pipeline.buckets.BucketChoice`): ``problem`` and ``schedule`` are the rewritten
+    # the rewrite kinds' choices that rewrote the graph, by name, in the order they ran
+    # (`solvercast.pipeline.rewrite_search.RewriteChoice`): then ``problem`` and ``schedule`` are the rewritten
     # graph's, ``baseline`` the input graph's original order, of ``baseline_problem``
-    buckets: object = None
+    rewrites: dict = field(default_factory=dict)
     baseline_problem: Problem | None = None
-    # with decomposed sites (`solvercast.pipeline.decompose.DecomposeChoice`): as with buckets, ``problem`` and
-    # ``schedule`` are the rewritten graph's
-    decomposition: object = None
+
+    @property
+    def buckets(self):
+        """The bucket search's choice (`solvercast.pipeline.buckets.BucketChoice`) where it merged some."""
+        return self.rewrites.get("buckets")
+
+    @property
+    def decomposition(self):
+        """The decomposition search's choice (`solvercast.pipeline.decompose.DecomposeChoice`) where kept."""
+        return self.rewrites.get("decomposition")
 
     @property
     def rewritten(self) -> fx.GraphModule | None:
-        """The rewritten graph ``schedule`` orders (buckets, then decomposed sites), or None without rewrites."""
-        for choice in (self.decomposition, self.buckets):
-            if choice is not None:
-                return choice.gm
-        return None
+        """The rewritten graph ``schedule`` orders (the last rewrite's), or None without rewrites."""
+        return list(self.rewrites.values())[-1].gm if self.rewrites else None
 
     def _runs(self) -> dict:
         baseline = self.baseline if self.baseline_problem is None else (self.baseline_problem, self.baseline)

@@ -62,6 +62,7 @@ import socket
 import time
 import traceback
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -802,6 +803,8 @@ class _Rank:
     partition: dict[str, list[list[int]]]
     control: object
     limits: Limits
+    #: tells the pool what this rank is doing now (a crash is reported with it)
+    phase: Callable[[str], None] = lambda name: None
 
     def gather(self, obj) -> list:
         """``obj`` of every rank, by rank (a barrier too)."""
@@ -880,6 +883,7 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
 
     # the program, traced as every rank traces it, pointed at this rank's groups
     prog = gm = None
+    me.phase("tracing")
     try:
         with _alarm(lim.run_seconds):
             prog = random_dist_program(case.seed, case.ranks, case.groups)
@@ -898,6 +902,7 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
 
     # the original, on this rank's inputs, with the real collectives
     args = prog.rank_inputs(me.rank)
+    me.phase("the original module")
     try:
         with _alarm(lim.run_seconds):
             ref = _run(gm, args)
@@ -912,6 +917,7 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
 
     # optimize, under the alarm and the address-space limit
     res, kind, why = None, None, None
+    me.phase("optimize")
     try:
         with _alarm(lim.optimize_seconds):
             res = optimize(gm, **case.options(prog, gm))
@@ -977,6 +983,7 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
         return out
 
     # the lowered module, on the same inputs, with the real collectives
+    me.phase("the lowered module")
     try:
         with _alarm(lim.run_seconds):
             got = _run(res.gm, args)
@@ -1006,6 +1013,7 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
         out.update(outcome="failed", reasons=out["reasons"] + [
             f"wrong values ({expected} expected): {len(bad)} of {len(got)} results differ, the most in {where}"])
     if case.budget == 1.0 and me.rank == 0:
+        me.phase("the memory oracle")
         above = _above_original_peak(gm, res.gm, prog.rank_inputs(0))
         out["memory_checked"] = above is not False
         if above:
@@ -1048,6 +1056,8 @@ def _rank_main(rank: int, ranks: int, port: int, inbox, outbox, limits: Limits) 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ranks,
                             timeout=timedelta(seconds=limits.collective_seconds))
     me = _join_groups(rank, ranks, limits)
+    seed = None
+    me.phase = lambda name: outbox.put(("phase", rank, seed, name))
     # the address space this rank may take beyond what torch and gloo hold now
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     held = _vm_bytes()
@@ -1063,6 +1073,7 @@ def _rank_main(rank: int, ranks: int, port: int, inbox, outbox, limits: Limits) 
             continue
         if case is None:
             break
+        seed = case.seed
         started = time.perf_counter()
         try:
             result = _run_case(case, me)
@@ -1169,6 +1180,7 @@ class RankPool:
         for q in self.inboxes:
             q.put(case)
         results: dict[int, dict] = {}
+        doing: dict[int, str] = {}  # each rank's phase, as it last said
         grown = [0] * self.ranks  # the most address space each rank took above its start, as sampled
         deadline = time.monotonic() + self.limits.case_seconds
         while len(results) < self.ranks:
@@ -1190,7 +1202,8 @@ class RankPool:
                         f"rank {r} took {grown[r] / 2**30:.2f} GiB of its {self.limits.memory_bytes / 2**30:.2f} GiB"
                         for r in full) + (" and died" if dead else "")
                 elif dead:
-                    why = "crash: " + ", ".join(f"rank {r} exited with {_exit_name(c)}" for r, c in dead.items())
+                    why = "crash: " + ", ".join(f"rank {r} exited with {_exit_name(c)} in {doing.get(r, 'its start')}"
+                                                for r, c in dead.items())
                 else:
                     missing = [r for r in range(self.ranks) if r not in results]
                     why = f"hang: ranks {missing} gave no answer within {self.limits.case_seconds:g} s"
@@ -1199,6 +1212,8 @@ class RankPool:
                 # what the other ranks then said of their lost peer is no finding of its own
                 out.outcome, out.reasons = "failed", [why] + [r for r in out.reasons if not _PEER_LOST.search(r)]
                 return out
+            if kind == "phase" and seed == case.seed:
+                doing[rank] = payload
             if kind == "result" and seed == case.seed:
                 results[rank] = payload
         out = _combine(case, results, time.perf_counter() - started)

@@ -110,7 +110,8 @@ def test_the_search_halves_the_buckets_the_step_waits_on_and_keeps_the_shortest_
 
 
 def test_the_decomposition_search_gets_the_work_the_bucket_search_left(monkeypatch):
-    import solvercast.pipeline.api as api
+    import solvercast.pipeline.buckets as bucket_search
+    import solvercast.pipeline.decompose as decompose_search
     from solvercast import optimize
     from solvercast.pipeline.tuning import DEFAULT_TUNING
 
@@ -124,9 +125,9 @@ def test_the_decomposition_search_gets_the_work_the_bucket_search_left(monkeypat
         seen["decomposition"] = kwargs
         return real(*args, **kwargs)
 
-    real = api.choose_decomposition
-    monkeypatch.setattr(api, "choose_buckets", buckets)
-    monkeypatch.setattr(api, "choose_decomposition", decomposition)
+    real = decompose_search.choose_decomposition
+    monkeypatch.setattr(bucket_search, "choose_buckets", buckets)
+    monkeypatch.setattr(decompose_search, "choose_decomposition", decomposition)
     optimize(_backward_chain(), time_limit=5, memory_budget=float("inf"), cost_fn=_cost)
     plan = DEFAULT_TUNING.time_plan
     own, bucket_share = (share * 5 * plan.work_per_second for share in (plan.decompose_share, plan.bucket_share))

@@ -426,7 +426,9 @@ def test_which_graph_is_kept_after_a_split_does_not_read_the_clock(monkeypatch):
 
     gm = _llama_8b_dims(8192)
     limits, agreeing = [], []
-    solve, search = api.optimize_extracted, api.choose_decomposition
+    from solvercast.pipeline import decompose as decompose_search
+
+    solve, search = api.optimize_extracted, decompose_search.choose_decomposition
 
     def recorded(graph, extracted, time_limit, *args, **kwargs):
         limits.append(round(time_limit, 9))
@@ -441,7 +443,7 @@ def test_which_graph_is_kept_after_a_split_does_not_read_the_clock(monkeypatch):
     first = optimize(gm, time_limit=7)
     fast = list(limits)
     limits.clear()
-    monkeypatch.setattr(api, "choose_decomposition", slow)
+    monkeypatch.setattr(decompose_search, "choose_decomposition", slow)
     second = optimize(gm, time_limit=7)
     assert first.decomposition is not None and len(fast) == 2 and limits == fast
     # and the clock may not end either solve on one rank only (which is kept compares their steps)
