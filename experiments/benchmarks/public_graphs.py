@@ -65,6 +65,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib.util
+import inspect
 import lzma
 import os
 import platform
@@ -79,6 +80,7 @@ import torch.fx as fx
 
 from experiments.benchmarks.collective_tables import TableEstimator, collective_info, read_table, remap_table
 from experiments.common import below_commands, chosen, command_line, commit_label, invocation
+from solvercast.fx.input_lifetimes import SOURCE_NAME_META
 from solvercast.graph.fxmeta import give_size_hint, hint_int
 from solvercast.models import register_fake_group
 
@@ -257,6 +259,13 @@ def loaded_graph(graph: str, directory: Path | None = None, device: str | None =
             module.load_args(reader)
         with torch.no_grad():
             gm = make_fx(module.Repro(), tracing_mode="fake")(*reader.args)
+        # make_fx names the inputs arg0_1, ...: keep the repro's own names (primals_*, tangents_*, saved
+        # activations), which say what the runtime frees (`solvercast.fx.input_lifetimes`)
+        names = list(inspect.signature(module.Repro.forward).parameters)[1:]
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        if len(names) == len(placeholders):
+            for node, name in zip(placeholders, names):
+                node.meta[SOURCE_NAME_META] = name
         missing = sum(1 for n in gm.graph.nodes if n.op == "call_function" and "val" not in n.meta)
         gm.meta["solvercast"] = {"world_size": world}
         info = dict(path=path, table=table_file.name, pg_config=pg_config, world=world, missing=missing,
@@ -290,7 +299,7 @@ def run_graph(graph: str, directory: Path | None, time_limit: float) -> dict:
         start = time.perf_counter()
         problem = extract_problem(gm, cost_fn=table.seconds)
         row["extract_s"] = time.perf_counter() - start
-        freed = runtime_rule_problem(gm, table.seconds, row)
+        freed, row["input_rule"] = runtime_rule_problem(gm, table.seconds)
         row["tasks"] = len(problem.tasks)
         row["by_table"], row["by_fallback"] = len(table.matched), len(table.unmatched)
         original = simulate(problem, Schedule.original(problem))
@@ -321,17 +330,16 @@ def run_graph(graph: str, directory: Path | None, time_limit: float) -> dict:
     return row
 
 
-def runtime_rule_problem(gm: fx.GraphModule, cost_fn, row: dict):
+def runtime_rule_problem(gm: fx.GraphModule, cost_fn) -> tuple:
     """``gm``'s Problem with the inputs its runtime frees after their last use freed
     (`solvercast.fx.input_lifetimes`: torch.compile's backward frees saved activations and tangents, holds
-    parameters); ``row["input_rule"]`` says which rule and how many inputs it freed."""
+    parameters), and the words for which rule and how many inputs it freed."""
     from solvercast.fx.extract import extract_problem
     from solvercast.fx.input_lifetimes import input_lifetimes
 
     lifetimes = input_lifetimes(gm)
     problem = extract_problem(gm, cost_fn=cost_fn, freeable_inputs=lifetimes.freed)
-    row["input_rule"] = lifetimes.describe(sum(1 for b in problem.buffers if b.is_input))
-    return problem
+    return problem, lifetimes.describe(sum(1 for b in problem.buffers if b.is_input))
 
 
 def peak_rows(graphs_rows: list[dict]) -> list[str]:
@@ -430,8 +438,8 @@ def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float, co
         problem = extract_problem(gm, cost_fn=table.seconds)
         return simulate(problem, Schedule.original(problem))
 
-    def judged_freed(gm: fx.GraphModule, graph_rule: dict) -> int:  # its peak under its runtime's input rule
-        problem = runtime_rule_problem(gm, table.seconds, graph_rule)
+    def judged_freed(gm: fx.GraphModule) -> int:  # its peak under its runtime's input rule
+        problem, _ = runtime_rule_problem(gm, table.seconds)
         return simulate(problem, Schedule.original(problem)).peak_memory
 
     # fake meta tensors: PyTorch's bucketing traces its merge functions, which fake cuda tensors fail on a
@@ -440,7 +448,8 @@ def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float, co
         prices = table_prices(table)
         row = dict(graph=graph, nodes=info["nodes"], colls=collective_counts(gm), trace_s=info["trace_s"])
         row["original"] = original = judged(gm)
-        row["freed_peaks"] = {"original": judged_freed(gm, row)}
+        freed, row["input_rule"] = runtime_rule_problem(gm, table.seconds)
+        row["freed_peaks"] = {"original": simulate(freed, Schedule.original(freed)).peak_memory}
         start = time.perf_counter()
         res = optimize(gm, time_limit=time_limit, memory_budget=1.0, cost_fn=table.seconds,
                        preserve_collective_order=collective_order)
@@ -451,11 +460,11 @@ def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float, co
             row["solvercast_ap_ms"] = autoparallel_step_ms(res.gm, prices)
             row["solvercast_predicted"] = res.optimized
             row["solvercast_colls"] = collective_counts(res.gm)
-            row["freed_peaks"]["solvercast"] = judged_freed(res.gm, {})
+            row["freed_peaks"]["solvercast"] = judged_freed(res.gm)
         _run_peer(row, lambda: torch_overlap_bucketed(gm, prices, budget_ratio=1.0),
                   lambda torch_gm: row.update(torch=judged(torch_gm), torch_ap_ms=autoparallel_step_ms(torch_gm, prices),
                                               torch_colls=collective_counts(torch_gm),
-                                              freed_peaks=row["freed_peaks"] | {"torch": judged_freed(torch_gm, {})}))
+                                              freed_peaks=row["freed_peaks"] | {"torch": judged_freed(torch_gm)}))
 
         def at_peak(budget: int):
             res = optimize(gm, time_limit=time_limit, memory_budget=budget, cost_fn=table.seconds,

@@ -13,6 +13,9 @@ A budget is a promise about the device, so the inputs counted as freed must be t
 * **Anything else** (a forward or inference graph, a module run eagerly, a graph of unknown origin): the
   caller holds what it passed, so every input stays resident.
 
+The reading goes by each input's name as its author gave it: a placeholder's
+``meta["solvercast_source_name"]`` where a retrace renamed it (``make_fx`` of a module names its inputs
+``arg0_1``, ...: `experiments.benchmarks.public_graphs` records the repro's own names there), else its name.
 ``gm.meta["solvercast_freed_inputs"]`` (names), where a capture knows better, overrides the reading, and
 `optimize`'s ``freeable_inputs`` overrides both.
 """
@@ -28,10 +31,12 @@ from solvercast.graph.collectives import kind_of_op
 from solvercast.graph.fxmeta import op_target
 from solvercast.graph.nodes import NodeKind, classify
 
-__all__ = ["FREED_INPUTS_META", "InputLifetimes", "input_lifetimes"]
+__all__ = ["FREED_INPUTS_META", "SOURCE_NAME_META", "InputLifetimes", "input_lifetimes"]
 
 #: ``gm.meta`` key naming the inputs the runtime frees after their last use (a capture that knows them)
 FREED_INPUTS_META = "solvercast_freed_inputs"
+#: placeholder ``meta`` key: the input's name as the graph's author gave it, where a retrace renamed it
+SOURCE_NAME_META = "solvercast_source_name"
 
 _CASTS = ("aten._to_copy.default", "prims.convert_element_type.default", "aten.to.dtype", "aten.clone.default")
 
@@ -59,10 +64,11 @@ def input_lifetimes(gm: fx.GraphModule, requested: str | Iterable[str] = "auto")
     given = getattr(gm, "meta", {}).get(FREED_INPUTS_META) if isinstance(getattr(gm, "meta", None), dict) else None
     if given is not None:
         return InputLifetimes(tuple(given), "as the capture recorded")
-    if not any(n.name.startswith("tangents_") for n in inputs):
+    source = {n: n.meta.get(SOURCE_NAME_META, n.name) for n in inputs}
+    if not any(name.startswith("tangents_") for name in source.values()):
         return InputLifetimes((), "every input held: no tangents_* input, so no torch.compile backward; the caller "
                                   "holds what it passes")
-    freed = tuple(n.name for n in inputs if not n.name.startswith("primals_") and not _reaches_all_gather(n))
+    freed = tuple(n.name for n in inputs if not source[n].startswith("primals_") and not _reaches_all_gather(n))
     return InputLifetimes(freed, "a torch.compile backward (tangents_* inputs): saved activations and tangents "
                                  "freed, primals_* and inputs that reach an all_gather held")
 

@@ -235,7 +235,7 @@ def halve(plan: BucketPlan, members: tuple[str, ...], graph: BucketGraph) -> Buc
 
 
 def _rewrite_search(gm: fx.GraphModule, extracted, extract: Callable, budget: int | None, options: BucketOptions,
-            limits: SearchLimits, say: Callable[[str], None]) -> BucketChoice:
+                    limits: SearchLimits, say: Callable[[str], None]) -> BucketChoice:
     return choose_buckets(gm, extracted, extract, budget, options, work_limit=limits.work_limit,
                           extract_work_per_task=limits.extract_work_per_task, say=say, deadline=limits.deadline,
                           plan_work=limits.plan_work, work_per_second=limits.work_per_second)

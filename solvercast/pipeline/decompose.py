@@ -190,7 +190,7 @@ def _search(best: DecomposeChoice, sp: tuple, gm: fx.GraphModule, extracted, sit
 
 
 def _rewrite_search(gm: fx.GraphModule, extracted, extract: Callable, budget: int | None, options: DecomposeOptions,
-            limits: SearchLimits, say: Callable[[str], None]) -> DecomposeChoice:
+                    limits: SearchLimits, say: Callable[[str], None]) -> DecomposeChoice:
     return choose_decomposition(gm, extracted, extract, budget, options, work_limit=limits.work_limit,
                                 extract_work_per_task=limits.extract_work_per_task, say=say,
                                 deadline=limits.deadline, plan_work=limits.plan_work,

@@ -147,8 +147,7 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
     check_arguments(method, time_limit)
     requested = method
     start_all = time.perf_counter() if started is None else started
-    problem = extracted.problem
-    agree = deterministic and (must_agree or schedules_must_agree(problem))
+    agree = deterministic and (must_agree or schedules_must_agree(extracted.problem))
     # the wall clock's cap on every search; the counted limits fit in ``time_limit`` on a machine as fast as
     # the time plan's records
     deadline = start_all + time_limit * (tuning.time_plan.agreeing_wall_clock_factor if agree else 1.0)

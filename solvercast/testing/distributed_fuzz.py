@@ -1014,25 +1014,25 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
             f"wrong values ({expected} expected): {len(bad)} of {len(got)} results differ, the most in {where}"])
     if case.budget == 1.0 and me.rank == 0:
         me.phase("the memory oracle")
-        above = _above_original_peak(gm, res.gm, prog.rank_inputs(0))
-        out["memory_checked"] = above is not False
+        out["memory_checked"], above = _above_original_peak(gm, res.gm, prog.rank_inputs(0))
         if above:
             out.update(outcome="failed", reasons=out["reasons"] + [above])
     return out
 
 
-def _above_original_peak(gm: torch.fx.GraphModule, lowered: torch.fx.GraphModule, args: list) -> str | bool | None:
-    """At budget 1.0: whether ``lowered`` holds more than ``gm`` by the real-tensor memory oracle
-    (`solvercast.runtime.memory_oracle`, the inputs held or freed as their runtime does): a message, None
-    when it holds no more, False where the oracle cannot run the graph (a collective it has no stand-in for)."""
+def _above_original_peak(gm: torch.fx.GraphModule, lowered: torch.fx.GraphModule,
+                         args: list) -> tuple[bool, str | None]:
+    """At budget 1.0: (whether the real-tensor memory oracle could run both modules, a message where ``lowered``
+    holds more than ``gm``) (`solvercast.runtime.memory_oracle`, the inputs held or freed as their runtime does;
+    it cannot run a collective it has no stand-in for)."""
     freed = input_lifetimes(gm).freed
     try:
         before = live_bytes_peak(gm, [a.clone() for a in args], freed).peak
         after = live_bytes_peak(lowered, [a.clone() for a in args], freed).peak
     except MeasureError:
-        return False
-    return f"memory above the original order's at budget 1.0: {after} B against {before} B (real-tensor oracle)" \
-        if after > before else None
+        return False, None
+    return True, (f"memory above the original order's at budget 1.0: {after} B against {before} B "
+                  "(real-tensor oracle)" if after > before else None)
 
 
 def _vm_bytes(pid: int | str = "self") -> int:

@@ -390,3 +390,13 @@ def test_cli_bitwise_takes_no_rewrite_that_changes_results(tmp_path):
     bitwise = json.loads((tmp_path / "bitwise.json").read_text())
     assert "sequence parallel" in default["decomposition"]
     assert bitwise["decomposition"] is None and "not bitwise" not in (bitwise["buckets"] or "")
+
+
+def test_the_method_type_names_every_registered_method():
+    """`optimize`'s ``method`` Literal is written out for type checkers; it must name exactly the methods."""
+    from typing import get_args
+
+    from solvercast.pipeline.api import Method
+    from solvercast.pipeline.methods import BY_NAME
+
+    assert set(get_args(Method)) == set(BY_NAME)
