@@ -339,7 +339,7 @@ def runtime_rule_problem(gm: fx.GraphModule, cost_fn) -> tuple:
 
     lifetimes = input_lifetimes(gm)
     problem = extract_problem(gm, cost_fn=cost_fn, freeable_inputs=lifetimes.freed)
-    return problem, lifetimes.describe(sum(1 for b in problem.buffers if b.is_input))
+    return problem, lifetimes.describe(problem)
 
 
 def peak_rows(graphs_rows: list[dict]) -> list[str]:

@@ -588,6 +588,35 @@ def _timed_nodes(gm: fx.GraphModule, with_collectives: bool, with_free: bool) ->
     return out
 
 
+def _table_suffix(dev: torch.device, mode, clock: str, hot: bool) -> str:
+    """What a table's keys carry besides the op: a table measured under a dispatch mode or with another clock
+    measures something else, so it is kept apart."""
+    suffix = f"|mode={getattr(mode, '__qualname__', type(mode).__name__)}" if mode is not None else ""
+    suffix += f"|clock={clock}" if clock != "wall" and dev.type == "cpu" else ""
+    suffix += "|hot" if hot else ""
+    suffix += f"|timing={CUDA_TIMING}" if dev.type == "cuda" else ""
+    return suffix
+
+
+def _to_measure(cache: dict, keys: set[str], refresh: bool, trust: CacheTrust) -> tuple[set[str], set[str]]:
+    """(keys to measure, trusted keys to time again before the cache is believed: the slowest above the noise
+    floor)."""
+    missing = set(keys) if refresh else {k for k in keys if k not in cache or trust.noisy(cache[k])}
+    weighty = sorted((k for k in keys - missing if cache[k].median >= trust.noise_floor_seconds),
+                     key=lambda k: (-cache[k].median, k))
+    return missing, set() if refresh else set(weighty[: trust.check_ops])
+
+
+def _timings(calls: dict, dev: torch.device, warm: int, reps: int, mode, clock: str, hook, hot: bool
+             ) -> dict[str, Timing]:
+    """`time_calls`' medians with their spread and the machine's load now."""
+    spread: dict[str, tuple[float, float]] = {}
+    with torch.no_grad():
+        medians = time_calls(calls, dev, warm, reps, mode, clock, hook, hot, spread=spread)
+    load, now = _load_average(), time.time()
+    return {k: Timing(m, *spread.get(k, (m, m)), load, now) for k, m in medians.items()}
+
+
 def calibrate(
     gm: fx.GraphModule,
     device: Optional[str | torch.device] = None,
@@ -639,20 +668,12 @@ def calibrate(
     path = cache_path(dev, cache_dir)
     if clock not in CLOCKS:
         raise ValueError(f"clock must be one of {sorted(CLOCKS)}, got {clock!r}")
-    # a table measured under a dispatch mode or with another clock measures something else: keep it apart
-    suffix = f"|mode={getattr(mode, '__qualname__', type(mode).__name__)}" if mode is not None else ""
-    suffix += f"|clock={clock}" if clock != "wall" and dev.type == "cpu" else ""
-    suffix += "|hot" if hot else ""
-    suffix += f"|timing={CUDA_TIMING}" if dev.type == "cuda" else ""
+    suffix = _table_suffix(dev, mode, clock, hot)
     cache = _load_cache(path)
     cpu = dev.type == "cpu"
     wanted = {n: k + suffix for n, k in _timed_nodes(gm, with_collectives=mode is not None, with_free=cpu).items()}
     keys = set(wanted.values())
-    missing = set(keys) if refresh else {k for k in keys if k not in cache or trust.noisy(cache[k])}
-    # the slowest trusted entries above the noise floor, timed again before the cache is believed
-    weighty = sorted((k for k in keys - missing if cache[k].median >= trust.noise_floor_seconds),
-                     key=lambda k: (-cache[k].median, k))
-    sample = set() if refresh else set(weighty[: trust.check_ops])
+    missing, sample = _to_measure(cache, keys, refresh, trust)
 
     def captured(these: set[str]) -> dict:
         """The calls of ``these`` keys, with the arguments they get when ``gm`` runs (graph order)."""
@@ -665,16 +686,9 @@ def calibrate(
                                   f"{type(e).__name__}: {e}") from e
         return capture.captured
 
-    def timed_now(calls: dict, warm: int, reps: int, hook) -> dict[str, Timing]:
-        spread: dict[str, tuple[float, float]] = {}
-        with torch.no_grad():
-            medians = time_calls(calls, dev, warm, reps, mode, clock, hook, hot, spread=spread)
-        load, now = _load_average(), time.time()
-        return {k: Timing(m, *spread.get(k, (m, m)), load, now) for k, m in medians.items()}
-
     calls = captured(missing | sample) if missing or sample else {}
     if sample:
-        again = timed_now({k: calls[k] for k in sample}, 1, trust.check_repeats, None)
+        again = _timings({k: calls[k] for k in sample}, dev, 1, trust.check_repeats, mode, clock, None, hot)
         ratio = statistics.median(again[k].median / cache[k].median if cache[k].median > 0 else 1.0 for k in sample)
         if not 1 / (1 + trust.check_tolerance) <= ratio <= 1 + trust.check_tolerance:
             warnings.warn(f"calibrate: {len(sample)} cached ops timed again ran {ratio:.2f} x their cached times "
@@ -684,7 +698,8 @@ def calibrate(
             calls = {**calls, **captured(missing - set(calls))}
     timed: dict[str, Timing] = {}
     if missing:
-        timed = timed_now({k: c for k, c in calls.items() if k in missing}, warmup, repeats, after_round)
+        timed = _timings({k: c for k, c in calls.items() if k in missing}, dev, warmup, repeats, mode, clock,
+                         after_round, hot)
     del calls
     table = {**cache, **timed}
     if agree:  # this graph's ops only: the cache may hold every op this device ever timed

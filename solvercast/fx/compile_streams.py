@@ -127,77 +127,107 @@ def _tensor_inputs_from(consumer: fx.Node, producer: fx.Node, free: set[fx.Node]
     return [n for n in out if isinstance(n.meta.get("val"), torch.Tensor)]
 
 
-def annotate_graph_in_place(graph: fx.Graph, problem: Problem, schedule: Schedule, *,
-                            stream_index: Callable[[int], int], new_event: Callable[[], int],
-                            gm: fx.GraphModule | None = None) -> StreamPlan:
-    """Reorder ``graph`` (whose schedulable nodes are ``problem``'s tasks, by name) to ``schedule``'s
-    program order and write its streams in torch.compile's form (module docstring). ``graph`` must
-    have an owning module (the control_deps subgraphs are stored on it). Raises
-    `InvalidScheduleError` when the graph and the problem do not match."""
-    from torch._inductor.fx_passes.control_dependencies import (
-        _create_subgraph_for_node,
-        control_deps,
-        get_subgraph_name,
-        preserve_node_ordering,
-    )
-    from torch.utils._ordered_set import OrderedSet
-
-    streams_ops = _stream_ops()
-    owner = gm if gm is not None else graph.owning_module
-    if owner is None:
-        raise InvalidScheduleError("the graph needs an owning module for its control_deps subgraphs")
+def _task_nodes_by_index(graph: fx.Graph, problem: Problem) -> list[fx.Node]:
+    """``graph``'s schedulable node of each of ``problem``'s tasks, by task index; raises
+    `InvalidScheduleError` when they are not the problem's tasks."""
     by_name = {n.name: n for n in graph.nodes if is_task(n)}
     if len(by_name) != problem.num_tasks or any(t.name not in by_name for t in problem.tasks):
         raise InvalidScheduleError("the graph's schedulable nodes are not the problem's tasks: extract the "
                                    "problem from this graph")
-    task_nodes = [by_name[t.name] for t in problem.tasks]
-    output = next(n for n in graph.nodes if n.op == "output")
+    return [by_name[t.name] for t in problem.tasks]
+
+
+def _reorder_to_schedule(graph: fx.Graph, task_nodes: list[fx.Node], schedule: Schedule,
+                         output: fx.Node) -> list[fx.Node]:
+    """Moves ``graph``'s nodes before ``output`` in this order: placeholders and get_attrs, the tasks in
+    ``schedule``'s program order, everything else. Returns the placeholders and get_attrs."""
     placed = set(task_nodes)
     head = [n for n in graph.nodes if n.op in ("placeholder", "get_attr")]
     rest = [n for n in graph.nodes if n not in placed and n.op not in ("placeholder", "get_attr", "output")]
     for node in head + [task_nodes[t] for t in schedule.order] + rest:
         output.prepend(node)
-    pos = {t: i for i, t in enumerate(schedule.order)}
-    exec_stream = _exec_streams(owner, graph, problem, schedule, task_nodes)
+    return head
 
+
+def _annotate_side_streams(task_nodes: list[fx.Node], exec_stream: list[int | None],
+                           stream_index: Callable[[int], int]) -> None:
+    """``meta["custom"]["stream"]`` on every task that runs on a side stream."""
     for t, s in enumerate(exec_stream):
         if s:
             node = task_nodes[t]
             node.meta["custom"] = {**(node.meta.get("custom") or {}), "stream": stream_index(s)}
 
-    records: list[fx.Node] = []
-    waits = 0
-    bound = 0
-    free = {task_nodes[t] for t, task in enumerate(problem.tasks) if task.role == Role.FREE}
 
-    def record(after: fx.Node, stream: int) -> tuple[int, fx.Node]:
-        event = new_event()
+def _first_tensor_input(node: fx.Node) -> list[fx.Node]:
+    return [n for n in node.all_input_nodes if isinstance(n.meta.get("val"), torch.Tensor)][:1]
+
+
+def _first_and_last_side_tasks(schedule: Schedule,
+                               exec_stream: list[int | None]) -> tuple[dict[int, int], dict[int, int]]:
+    """Each side stream's first and last task in ``schedule``'s program order."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for t in schedule.order:
+        s = exec_stream[t]
+        if s:
+            first.setdefault(s, t)
+            last[s] = t
+    return first, last
+
+
+class _EventSync:
+    """Writes into ``graph`` the events that order one stream after another, each wait tied to its record
+    and its consumer by ``control_deps`` (module docstring); counts the records and the waits."""
+
+    def __init__(self, graph: fx.Graph, owner: fx.GraphModule, streams_ops, stream_index: Callable[[int], int],
+                 new_event: Callable[[], int]):
+        self.graph = graph
+        self.owner = owner
+        self.streams_ops = streams_ops
+        self.stream_index = stream_index
+        self.new_event = new_event
+        self.records: list[fx.Node] = []
+        self.waits = 0
+
+    def record(self, after: fx.Node, stream: int) -> tuple[int, fx.Node]:
+        """A fresh event recorded on ``stream`` right after ``after``: ``(event, its record node)``."""
+        from torch._inductor.fx_passes.control_dependencies import control_deps, preserve_node_ordering
+        from torch.utils._ordered_set import OrderedSet
+
+        graph = self.graph
+        event = self.new_event()
         with graph.inserting_after(after):
-            rec = graph.call_function(streams_ops.record_event.default, (event, stream_index(stream)))
+            rec = graph.call_function(self.streams_ops.record_event.default, (event, self.stream_index(stream)))
         if stream:
-            rec.meta["custom"] = {"stream": stream_index(stream)}
+            rec.meta["custom"] = {"stream": self.stream_index(stream)}
         if after.op == "call_function":  # ordered after its producer: control_deps((producer,), record)
             name = rec.name
             preserve_node_ordering(graph, {rec: OrderedSet([after])})  # replaces rec by a node of its name
             rec = next(n for n in after.users if n.target is control_deps and n.name == name)
-        records.append(rec)
+        self.records.append(rec)
         return event, rec
 
-    def wait(event: int, rec: fx.Node, stream: int, consumer: fx.Node, values: list[fx.Node]) -> None:
+    def wait(self, event: int, rec: fx.Node, stream: int, consumer: fx.Node, values: list[fx.Node]) -> None:
         """wait_event(event, stream) right before ``consumer``, as control_deps((rec,), wait, *values):
         the consumer reads ``values`` through it, so nothing can run the consumer before its wait."""
-        nonlocal waits
+        from torch._inductor.fx_passes.control_dependencies import (
+            _create_subgraph_for_node,
+            control_deps,
+            get_subgraph_name,
+        )
+
+        graph = self.graph
         with graph.inserting_before(consumer):
-            node = graph.call_function(streams_ops.wait_event.default, (event, stream_index(stream)))
+            node = graph.call_function(self.streams_ops.wait_event.default, (event, self.stream_index(stream)))
         sub = _create_subgraph_for_node(graph, node, values)
-        name = get_subgraph_name(owner, node.name)
-        setattr(owner, name, sub)
+        name = get_subgraph_name(self.owner, node.name)
+        setattr(self.owner, name, sub)
         with graph.inserting_before(node):
             attr = graph.get_attr(name)
             ctrl = graph.call_function(control_deps, ((rec,), attr, *values), name=f"{node.name}_ctrl")
         ctrl.meta["val"] = (None, *(v.meta.get("val") for v in values))
         if stream:
-            ctrl.meta["custom"] = {"stream": stream_index(stream)}
+            ctrl.meta["custom"] = {"stream": self.stream_index(stream)}
         replace = {}
         with graph.inserting_after(ctrl):
             for i, v in reversed(list(enumerate(values))):
@@ -207,13 +237,18 @@ def annotate_graph_in_place(graph: fx.Graph, problem: Problem, schedule: Schedul
         consumer.args = map_arg(consumer.args, lambda n: replace.get(n, n))
         consumer.kwargs = map_arg(consumer.kwargs, lambda n: replace.get(n, n))
         graph.erase_node(node)
-        waits += 1
+        self.waits += 1
 
-    def first_tensor_input(node: fx.Node) -> list[fx.Node]:
-        return [n for n in node.all_input_nodes if isinstance(n.meta.get("val"), torch.Tensor)][:1]
 
-    # a consumer's syncs: (producer node, producer stream, the consumer's inputs read from it)
+def _bind_cross_stream_reads(graph: fx.Graph, problem: Problem, task_nodes: list[fx.Node],
+                             exec_stream: list[int | None], pos: dict[int, int], streams_ops,
+                             stream_index: Callable[[int], int]) -> tuple[dict, int]:
+    """A record_stream before each consumer for every value it reads from another stream:
+    ``(each consumer's syncs, how many values were bound)``, a sync being (producer node, producer stream,
+    the consumer's inputs read from it)."""
+    free = {task_nodes[t] for t, task in enumerate(problem.tasks) if task.role == Role.FREE}
     incoming: dict[int, list[tuple[fx.Node, int, list[fx.Node]]]] = {}
+    bound = 0
     for p, t in _cross_stream_edges(problem, exec_stream, pos):
         consumer = task_nodes[t]
         values = _tensor_inputs_from(consumer, task_nodes[p], free)
@@ -222,29 +257,48 @@ def annotate_graph_in_place(graph: fx.Graph, problem: Problem, schedule: Schedul
                 graph.call_function(streams_ops.record_stream.default, (value, stream_index(exec_stream[t])))
             bound += 1
         incoming.setdefault(t, []).append((task_nodes[p], exec_stream[p], values))
+    return incoming, bound
+
+
+def annotate_graph_in_place(graph: fx.Graph, problem: Problem, schedule: Schedule, *,
+                            stream_index: Callable[[int], int], new_event: Callable[[], int],
+                            gm: fx.GraphModule | None = None) -> StreamPlan:
+    """Reorder ``graph`` (whose schedulable nodes are ``problem``'s tasks, by name) to ``schedule``'s
+    program order and write its streams in torch.compile's form (module docstring). ``graph`` must
+    have an owning module (the control_deps subgraphs are stored on it). Raises
+    `InvalidScheduleError` when the graph and the problem do not match."""
+    streams_ops = _stream_ops()
+    owner = gm if gm is not None else graph.owning_module
+    if owner is None:
+        raise InvalidScheduleError("the graph needs an owning module for its control_deps subgraphs")
+    task_nodes = _task_nodes_by_index(graph, problem)
+    output = next(n for n in graph.nodes if n.op == "output")
+    head = _reorder_to_schedule(graph, task_nodes, schedule, output)
+    pos = {t: i for i, t in enumerate(schedule.order)}
+    exec_stream = _exec_streams(owner, graph, problem, schedule, task_nodes)
+    _annotate_side_streams(task_nodes, exec_stream, stream_index)
+
+    sync = _EventSync(graph, owner, streams_ops, stream_index, new_event)
+    incoming, bound = _bind_cross_stream_reads(graph, problem, task_nodes, exec_stream, pos, streams_ops,
+                                               stream_index)
     # fork: each side stream's first task waits for the caller's stream (where the inputs were made)
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    for t in schedule.order:
-        s = exec_stream[t]
-        if s:
-            first.setdefault(s, t)
-            last[s] = t
+    first, last = _first_and_last_side_tasks(schedule, exec_stream)
     anchor = head[-1] if head else next(iter(graph.nodes))
     for s, t in first.items():
         incoming.setdefault(t, []).append((anchor, 0, []))
     for t, syncs in incoming.items():
         consumer = task_nodes[t]
         for producer, producer_stream, values in syncs:
-            event, rec = record(producer, producer_stream)
-            wait(event, rec, exec_stream[t], consumer, values or first_tensor_input(consumer))
+            event, rec = sync.record(producer, producer_stream)
+            sync.wait(event, rec, exec_stream[t], consumer, values or _first_tensor_input(consumer))
     # join: the caller's stream waits for each side stream's last task; the outputs pass through it
     for s, t in last.items():
-        event, rec = record(task_nodes[t], s)
+        event, rec = sync.record(task_nodes[t], s)
         outputs = [n for n in dict.fromkeys(output.all_input_nodes) if isinstance(n.meta.get("val"), torch.Tensor)]
-        wait(event, rec, 0, output, outputs)
+        sync.wait(event, rec, 0, output, outputs)
     graph.lint()
-    return StreamPlan(events=len(records), waits=waits, bound=bound, side_tasks=sum(1 for s in exec_stream if s))
+    return StreamPlan(events=len(sync.records), waits=sync.waits, bound=bound,
+                      side_tasks=sum(1 for s in exec_stream if s))
 
 
 def lower_for_compile(gm: fx.GraphModule, problem: Problem, schedule: Schedule, *,

@@ -30,6 +30,7 @@ import torch.fx as fx
 from solvercast.graph.collectives import kind_of_op
 from solvercast.graph.fxmeta import op_target
 from solvercast.graph.nodes import NodeKind, classify
+from solvercast.ir.problem import Problem
 
 __all__ = ["FREED_INPUTS_META", "SOURCE_NAME_META", "InputLifetimes", "input_lifetimes"]
 
@@ -48,8 +49,11 @@ class InputLifetimes:
     freed: tuple[str, ...]
     rule: str
 
-    def describe(self, num_inputs: int) -> str:
-        return f"{len(self.freed)} of {num_inputs} freed after their last use ({self.rule})"
+    def describe(self, problem: Problem | None) -> str:
+        """Counted by input storage of ``problem`` (None: none), as the memory figures count them: an input
+        that is no tensor, shares a storage or is read by nothing (held all the same) is not one freed."""
+        buffers = [b for b in problem.buffers if b.is_input] if problem is not None else []
+        return f"{sum(b.freeable for b in buffers)} of {len(buffers)} freed after their last use ({self.rule})"
 
 
 def input_lifetimes(gm: fx.GraphModule, requested: str | Iterable[str] = "auto") -> InputLifetimes:

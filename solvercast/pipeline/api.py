@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import math
 import time
@@ -135,28 +136,21 @@ def optimize(
     if not can_analyse(time_limit, num_nodes, tuning.time_plan):  # too short to read the graph: untouched beats late
         return unanalysed(gm, num_nodes, time_limit, started, progress, tuning.time_plan)
     lifetimes = input_lifetimes(gm, freeable_inputs)
+    asked = {"buckets": bucketing, "decomposition": decomposition} | dict(rewrites or {})
     if isinstance(memory_budget, (list, tuple)):
-        asked = [name for name, value in (("bucketing", bucketing), ("decomposition", decomposition),
-                                          *(rewrites or {}).items())
-                 if value is not False and value != "auto"]
-        if asked:
-            raise ValueError(f"{' and '.join(asked)} cannot be chosen with a list of budgets (each budget would "
-                             f"choose its own rewrites); pass one budget, or leave {'them' if len(asked) > 1 else 'it'} "
-                             f"at 'auto' (off for a list)")
+        _refuse_rewrites_for_budget_list({"bucketing": bucketing, "decomposition": decomposition,
+                                          **(rewrites or {})})
         res = _optimize_budgets(gm, memory_budget, time_limit, device=device, compute_streams=compute_streams,
                                 method=method, preserve_collective_order=preserve_collective_order,
                                 deterministic=deterministic, comm_ops=comm_ops, cost_fn=cost_fn, cost_model=cost_model,
                                 progress=progress, tuning=tuning, freeable_inputs=lifetimes.freed)
         return _with_inputs(res, lifetimes)
 
-    def extract(graph: fx.GraphModule):
-        return extract_for_optimize(graph, device=device, compute_streams=compute_streams, comm_ops=comm_ops,
-                                    cost_fn=cost_fn, cost_model=cost_model,
-                                    preserve_collective_order=preserve_collective_order,
-                                    freeable_inputs=lifetimes.freed)
+    extract = functools.partial(extract_for_optimize, device=device, compute_streams=compute_streams,
+                                comm_ops=comm_ops, cost_fn=cost_fn, cost_model=cost_model,
+                                preserve_collective_order=preserve_collective_order, freeable_inputs=lifetimes.freed)
 
     extracted = extract(gm)
-    asked = {"buckets": bucketing, "decomposition": decomposition} | dict(rewrites or {})
     requested = {r.name: r.options(asked.get(r.name, "auto"), cost_model) for r in REWRITES}
     if all(o is None for o in requested.values()) or method == "original":
         res = optimize_extracted(gm, extracted, time_limit, memory_budget, method, deterministic, started=started,
@@ -167,10 +161,18 @@ def optimize(
     return _with_inputs(res, lifetimes)
 
 
+def _refuse_rewrites_for_budget_list(asked: Mapping[str, Any]) -> None:
+    """Each budget of a list would choose its own rewrites, so none may be asked for by name."""
+    named = [name for name, value in asked.items() if value is not False and value != "auto"]
+    if named:
+        raise ValueError(f"{' and '.join(named)} cannot be chosen with a list of budgets (each budget would "
+                         f"choose its own rewrites); pass one budget, or leave {'them' if len(named) > 1 else 'it'} "
+                         f"at 'auto' (off for a list)")
+
+
 def _with_inputs(res: OptimizeResult, lifetimes: InputLifetimes) -> OptimizeResult:
     """``res`` with its report saying which inputs were counted as freed after their last use, and why."""
-    inputs = sum(1 for b in res.problem.buffers if b.is_input) if res.problem is not None else 0
-    res.report = dataclasses.replace(res.report, inputs=lifetimes.describe(inputs))  # (a frontier holds ``res``)
+    res.report = dataclasses.replace(res.report, inputs=lifetimes.describe(res.problem))  # (a frontier holds ``res``)
     return res
 
 

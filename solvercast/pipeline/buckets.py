@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch.fx as fx
 
@@ -86,10 +86,7 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     started = time.perf_counter()
     names = [t.name for t in unbucketed.problem.tasks]
     graph = BucketGraph(gm, options, order_edges=[(names[a], names[b]) for a, b in unbucketed.problem.edges])
-    # the kinds with two sites or more (one site merges with nothing), most bytes first
-    bytes_of = {k: sum(s.input_bytes for s in graph.sites if s.kind == k) for k in {s.kind for s in graph.sites}
-                if sum(s.kind == k for s in graph.sites) >= 2}
-    kinds = sorted(bytes_of, key=lambda k: (-bytes_of[k], k))
+    kinds = _mergeable_kinds(graph)
     if not kinds:  # nothing may merge: no plan, and no heuristic run to compare it with
         return BucketChoice(BucketPlan(), gm, unbucketed, None, None, seconds=time.perf_counter() - started,
                             graph=graph)
@@ -101,103 +98,141 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
                             skipped=judge.unaffordable(work_limit, tasks, work_per_second), graph=graph)
     base_step = judge.step(unbucketed)
     best = BucketChoice(BucketPlan(), gm, unbucketed, base_step, base_step, graph=graph)
-    best_judged = None  # the best plan's (problem, schedule, simulation): where its step waits
-    caps: dict[str, int] = {}
-    limit = work_limit
-
-    def spent() -> bool:
-        # a part's share ends the part; no plan starts that the whole search cannot pay for
-        return time.perf_counter() > deadline or (limit is not None and judge.spent >= limit) \
-            or not judge.affords(work_limit, tasks)
-
-    def trial(plan: BucketPlan, what: str = "") -> int | None:
-        """Judge ``plan``; keep it when its step is the shortest so far. Its step (None: over the budget)."""
-        nonlocal best_judged
-        try:
-            bucketed = apply_buckets(gm, plan, graph)
-            extracted = extract(bucketed)
-        except SolvercastError as e:  # a candidate the graph cannot take is rejected, never the caller's error
-            best.tried.append((what + plan.describe(graph.by_name), None))
-            say(f"buckets: {what}{plan.describe(graph.by_name)}: rejected ({e})")
-            return None
-        judged = judge.judge(extracted)
-        step = None if judged is None else judged[2].makespan
-        best.tried.append((what + plan.describe(graph.by_name), step))
-        say(f"buckets: {what}{plan.describe(graph.by_name)}: step "
-            + ("over the budget" if step is None else f"{step / 1e3:,.1f} us"))
-        if step is not None and (best.step is None or step < best.step):
-            best.plan, best.gm, best.extracted, best.step = plan, bucketed, extracted, step
-            best_judged = judged
-        return step
-
+    search = _BucketSearch(gm, graph, extract, judge, best, tasks, work_limit, deadline, say)
     # each kind's caps take a share of the work in proportion to the time its collectives take unbucketed (a
     # kind of little comm has little to save), the halving after them as much as an average kind; what an
     # earlier part leaves goes to the later ones
+    weights = _part_weights(unbucketed.problem, graph, kinds)
+    for n, kind in enumerate(kinds):
+        search.limit = judge.share(work_limit, sum(weights[n:]) / weights[n])
+        search.search_caps(kind)
+    search.limit = work_limit
+    search.halve_exposed()
+    best.seconds, best.work_spent = time.perf_counter() - started, judge.spent
+    return best
+
+
+def _mergeable_kinds(graph: BucketGraph) -> list[str]:
+    """The kinds with two sites or more (one site merges with nothing), most bytes first."""
+    bytes_of = {k: sum(s.input_bytes for s in graph.sites if s.kind == k) for k in {s.kind for s in graph.sites}
+                if sum(s.kind == k for s in graph.sites) >= 2}
+    return sorted(bytes_of, key=lambda k: (-bytes_of[k], k))
+
+
+def _part_weights(problem: Problem, graph: BucketGraph, kinds: list[str]) -> list[float]:
+    """The work weight of each kind's caps (the time its collectives take unbucketed, at least 1), then of the
+    halving (an average kind's)."""
     comm_time = {kind: 0 for kind in kinds}
-    for task in unbucketed.problem.tasks:
+    for task in problem.tasks:
         site = graph.by_name.get(task.name)
         if site is not None and site.kind in comm_time:
             comm_time[site.kind] += task.duration
     weights = [max(comm_time[kind], 1) for kind in kinds]
     weights.append(sum(weights) / len(kinds))
-    for n, kind in enumerate(kinds):
-        limit = judge.share(work_limit, sum(weights[n:]) / weights[n])
-        sizes = sorted(s.input_bytes for s in graph.sites if s.kind == kind)
+    return weights
+
+
+class _BucketSearch:
+    """`choose_buckets`' search: each plan it judges, kept in ``best`` (a `BucketChoice`) when its step is the
+    shortest so far; ``limit`` the work the part under way may reach."""
+
+    def __init__(self, gm: fx.GraphModule, graph: BucketGraph, extract: Callable, judge: PlanJudge,
+                 best: BucketChoice, tasks: int, work_limit: float | None, deadline: float,
+                 say: Callable[[str], None]):
+        self.gm, self.graph, self.extract, self.judge, self.best = gm, graph, extract, judge, best
+        self.tasks, self.work_limit, self.deadline, self.say = tasks, work_limit, deadline, say
+        self.limit = work_limit
+        self.best_judged = None  # the best plan's (problem, schedule, simulation): where its step waits
+        self.caps: dict[str, int] = {}
+
+    def spent(self) -> bool:
+        # a part's share ends the part; no plan starts that the whole search cannot pay for
+        return time.perf_counter() > self.deadline or (self.limit is not None and self.judge.spent >= self.limit) \
+            or not self.judge.affords(self.work_limit, self.tasks)
+
+    def trial(self, plan: BucketPlan, what: str = "") -> int | None:
+        """Judge ``plan``; keep it when its step is the shortest so far. Its step (None: over the budget)."""
+        best, graph = self.best, self.graph
+        try:
+            bucketed = apply_buckets(self.gm, plan, graph)
+            extracted = self.extract(bucketed)
+        except SolvercastError as e:  # a candidate the graph cannot take is rejected, never the caller's error
+            best.tried.append((what + plan.describe(graph.by_name), None))
+            self.say(f"buckets: {what}{plan.describe(graph.by_name)}: rejected ({e})")
+            return None
+        judged = self.judge.judge(extracted)
+        step = None if judged is None else judged[2].makespan
+        best.tried.append((what + plan.describe(graph.by_name), step))
+        self.say(f"buckets: {what}{plan.describe(graph.by_name)}: step "
+                 + ("over the budget" if step is None else f"{step / 1e3:,.1f} us"))
+        if step is not None and (best.step is None or step < best.step):
+            best.plan, best.gm, best.extracted, best.step = plan, bucketed, extracted, step
+            self.best_judged = judged
+        return step
+
+    def cap_ladder(self, kind: str) -> list[tuple[int, BucketPlan]]:
+        """The distinct plans of ``kind``'s growing caps, the caps chosen for earlier kinds kept (greedy is
+        cheap)."""
+        sizes = sorted(s.input_bytes for s in self.graph.sites if s.kind == kind)
         median, total = sizes[len(sizes) // 2], sum(sizes)
-        ladder: list[tuple[int, BucketPlan]] = []  # the distinct plans of growing caps (greedy is cheap)
+        ladder: list[tuple[int, BucketPlan]] = []
         for multiple in CAP_MULTIPLES:
             cap = median * multiple
-            plan = graph.greedy(caps | {kind: cap})
-            if plan.buckets and plan != (ladder[-1][1] if ladder else best.plan):
+            plan = self.graph.greedy(self.caps | {kind: cap})
+            if plan.buckets and plan != (ladder[-1][1] if ladder else self.best.plan):
                 ladder.append((cap, plan))
             if cap >= total:
                 break
+        return ladder
+
+    def try_rung(self, kind: str, cap: int, plan: BucketPlan) -> int | None:
+        """`trial` of ``plan``, ``kind``'s cap becoming ``cap`` when it is kept."""
+        taken = self.best.plan
+        step = self.trial(plan)
+        if self.best.plan is not taken:
+            self.caps[kind] = cap
+        return step
+
+    def search_caps(self, kind: str) -> None:
+        """Coarse to fine: every other rung of ``kind``'s ladder (a cap over the budget ends it: larger ones
+        hold more), then the neighbours of the best rung until none is left or the work is spent."""
+        ladder = self.cap_ladder(kind)
         steps: dict[int, int | None] = {}
-
-        def rung(i: int) -> None:
-            cap, plan = ladder[i]
-            taken = best.plan
-            steps[i] = trial(plan)
-            if best.plan is not taken:
-                caps[kind] = cap
-
-        # coarse to fine: every other rung (a cap over the budget ends it: larger ones hold more), then the
-        # neighbours of the best rung until none is left or the work is spent
         for i in range(1 if len(ladder) > 1 else 0, len(ladder), 2):
-            if spent():
+            if self.spent():
                 break
-            rung(i)
+            steps[i] = self.try_rung(kind, *ladder[i])
             if steps[i] is None:
                 break
-        while not spent():
+        while not self.spent():
             fits = [i for i, step in steps.items() if step is not None]
             centre = min(fits, key=steps.__getitem__) if fits else 0
             near = [j for j in (centre - 1, centre + 1, centre) if 0 <= j < len(ladder) and j not in steps]
             if not near:
                 break
-            rung(near[0])
+            steps[near[0]] = self.try_rung(kind, *ladder[near[0]])
 
-    # one cap per kind makes every bucket alike, but the step waits on some more than others: halve every
-    # bucket the best plan's schedule waits on at once, and while that shortens the step do it again; where
-    # it does not, halve them one at a time, longest wait first
-    limit = work_limit
-    halved: set[tuple[str, ...]] = set()  # buckets halved alone (and judged)
-    together = True
-    while best_judged is not None and not spent():
-        waits = [members for _, members in exposed_buckets(best.gm, *best_judged) if members not in halved]
-        if not waits:
-            break
-        chosen = waits if together and len(waits) > 1 else waits[:1]
-        plan = best.plan
-        for members in chosen:
-            plan = halve(plan, members, graph)
-        if len(chosen) == 1:
-            halved.add(chosen[0])
-        taken = best.plan
-        trial(plan, f"{len(chosen)} buckets halved: " if len(chosen) > 1 else f"{chosen[0][0]}'s bucket halved: ")
-        together = best.plan is not taken
-    best.seconds, best.work_spent = time.perf_counter() - started, judge.spent
-    return best
+    def halve_exposed(self) -> None:
+        """One cap per kind makes every bucket alike, but the step waits on some more than others: halve every
+        bucket the best plan's schedule waits on at once, and while that shortens the step do it again; where
+        it does not, halve them one at a time, longest wait first."""
+        best = self.best
+        halved: set[tuple[str, ...]] = set()  # buckets halved alone (and judged)
+        together = True
+        while self.best_judged is not None and not self.spent():
+            waits = [members for _, members in exposed_buckets(best.gm, *self.best_judged) if members not in halved]
+            if not waits:
+                break
+            chosen = waits if together and len(waits) > 1 else waits[:1]
+            plan = best.plan
+            for members in chosen:
+                plan = halve(plan, members, self.graph)
+            if len(chosen) == 1:
+                halved.add(chosen[0])
+            taken = best.plan
+            self.trial(plan, f"{len(chosen)} buckets halved: " if len(chosen) > 1
+                       else f"{chosen[0][0]}'s bucket halved: ")
+            together = best.plan is not taken
 
 
 def launch_members(bucketed: fx.GraphModule) -> dict[str, tuple[str, ...]]:

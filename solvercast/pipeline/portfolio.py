@@ -28,7 +28,7 @@ from solvercast.heuristics.work import pass_cost
 from solvercast.ir.bounds import lower_bounds
 from solvercast.ir.problem import Problem, Role
 from solvercast.ir.schedule import Schedule
-from solvercast.ir.simulate import simulate, validate
+from solvercast.ir.simulate import SimResult, simulate, validate
 from solvercast.pipeline.tuning import DEFAULT_TUNING, PORTFOLIO_TUNING, PortfolioTuning, Tuning
 from solvercast.solvers.common import serial_horizon
 from solvercast.solvers.cpsat import solve_model
@@ -83,102 +83,178 @@ def solve_cpsat(
     if not (polish and deterministic and whole and problem.machine.compute_streams == 1):
         return solve_model(problem, time_limit, memory_budget, hint, deterministic=deterministic, deadline=deadline,
                            progress=progress, tuning=tuning.cpsat, **options)
-    share = tuning.portfolio
-    per_second = tuning.prefixes.expansions_per_second  # the prefix search's counted expansions
-    started = time.perf_counter()
-    ends = started + time_limit if deadline is None else deadline  # the windows' wall cap (see solve_model)
-    budgeted = problem if memory_budget is None else problem.with_budget(memory_budget)
-    # 1. the cut walk on another core from the start (the schedule never waits for it; its pruning bound need
-    # not be the final makespan: any bound it proves holds): simple_fsdp 1 layer's proof needs 6-8 s of it
-    # (results/cut_bounds.md)
-    beside = share.cut_walk_beside and ends - time.perf_counter() >= share.cut_min_seconds  # a deadline may be past
-    walk = BackgroundCutBound.start(budgeted, _walk_upper(budgeted, hint), ends) if beside else None
-    try:
-        # 2. the exact prefix search, on small graphs
-        searched = 0.0  # counted seconds of a prefix search that did not end
-        if _prefix_search_fits(problem, share):
-            exact = solve_prefixes(problem, time_limit * share.prefix_share, memory_budget, hint, deterministic=True,
-                                   deadline=ends, progress=progress, tuning=tuning.prefixes)
-            if exact.status == SolveStatus.OPTIMAL:
-                return dataclasses.replace(exact, stats=dict(exact.stats, prefix_search=_searched(exact)),
-                                           wall_time=time.perf_counter() - started)
-            searched = exact.stats["expansions"] / per_second
-            time_limit -= searched
-        # 3. the whole model
-        first = solve_model(problem, time_limit * share.whole_model_share, memory_budget, hint, deterministic=True,
-                            deadline=deadline, progress=progress, max_units=whole_model_units(problem, share),
-                            tuning=tuning.cpsat, **options)
-        if first.status not in (SolveStatus.FEASIBLE, SolveStatus.HINT_KEPT):
-            return first  # proven (optimal, infeasible) or nothing found
-        bound = max(first.bound or 0, lower_bounds(problem).makespan)
-        if first.makespan <= bound:
-            return first  # at a bound already (a scaled model proves nothing of the problem: synthetic 300 tasks)
-        left = time_limit - seconds_spent(first, True)
-        # 4. on small graphs exact windows first (cheap where CP-SAT's are weak: fsdp_tp 1 layer 155.3 -> 142.5 us
-        # in 0.3 s), then CP-SAT's windows from what they reached
-        small = _prefix_search_fits(problem, share)
-        expansions = int(left * share.exact_windows_share * per_second) if small else 0
-        start, exact = improve_by_windows(budgeted, first.schedule, expansions, size=share.polish_window,
-                                          deadline=ends, progress=progress, tuning=tuning.prefixes)
+    return _Portfolio(problem, time_limit, memory_budget, hint, deadline, progress, tuning, options).run()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reached:
+    """The best schedule the phases after the whole model reached: ``schedule`` (None: still the model's),
+    ``sim`` its simulation, ``seconds_left`` the counted seconds the windows left."""
+    schedule: Schedule | None
+    sim: SimResult
+    seconds_left: float
+
+
+@dataclasses.dataclass(frozen=True)
+class _Windows:
+    """What the windows made of the model's schedule: ``exact`` the exact windows' stats, ``polished`` CP-SAT's
+    windows' result (None: not run), ``reached`` the best schedule after both."""
+    exact: dict
+    polished: SolveResult | None
+    reached: _Reached
+
+
+class _Portfolio:
+    """`solve_cpsat`'s phases on a whole graph with one compute stream, with deterministic time, one method
+    per phase; ``time_limit`` is the limit less the counted seconds of the first prefix search."""
+
+    def __init__(self, problem: Problem, time_limit: float, memory_budget: int | None, hint: Schedule | None,
+                 deadline: float | None, progress: Callable[[str], None] | None, tuning: Tuning, options: dict):
+        self.problem, self.time_limit, self.memory_budget, self.hint = problem, time_limit, memory_budget, hint
+        self.deadline, self.progress, self.tuning, self.options = deadline, progress, tuning, options
+        self.share = tuning.portfolio
+        self.per_second = tuning.prefixes.expansions_per_second  # the prefix search's counted expansions
+        self.started = started = time.perf_counter()
+        self.ends = started + time_limit if deadline is None else deadline  # the windows' wall cap (see solve_model)
+        self.budgeted = problem if memory_budget is None else problem.with_budget(memory_budget)
+        self.small = _prefix_search_fits(problem, self.share)
+        self.searched = 0.0  # counted seconds of a prefix search that did not end
+
+    def run(self) -> SolveResult:
+        walk = self._start_cut_walk()
+        try:
+            proof = self._search_prefixes()
+            if proof is not None:
+                return proof
+            first = self._solve_whole_model()
+            if first.status not in (SolveStatus.FEASIBLE, SolveStatus.HINT_KEPT):
+                return first  # proven (optimal, infeasible) or nothing found
+            bound = max(first.bound or 0, lower_bounds(self.problem).makespan)
+            if first.makespan <= bound:
+                return first  # at a bound already (a scaled model proves nothing of the problem: synthetic 300 tasks)
+            windows = self._polish_by_windows(first, bound)
+            reached, late = self._late_exact_windows(first, bound, windows.reached)
+            reached, fills = self._fill_stalls(first, bound, reached)
+            found = self._result(first, bound, windows, late, fills, reached)
+            # 7. the prefix search again, below the makespan found (a search with no more time than the first
+            # would end where it did)
+            if reached.seconds_left > self.searched:
+                found = _prove_with_prefixes(self.problem, found, reached.seconds_left, self.memory_budget, self.ends,
+                                             self.progress, self.started, self.tuning)
+            # 8. the cut bound
+            return _bound_by_cuts(self.budgeted, found, self.ends, self.progress, self.started, walk, self.share)
+        finally:
+            if walk is not None:
+                walk.stop()
+
+    def _start_cut_walk(self) -> BackgroundCutBound | None:
+        """1. The cut walk on another core from the start (the schedule never waits for it; its pruning bound
+        need not be the final makespan: any bound it proves holds): simple_fsdp 1 layer's proof needs 6-8 s of
+        it (results/cut_bounds.md)."""
+        share = self.share
+        # a deadline may be past
+        beside = share.cut_walk_beside and self.ends - time.perf_counter() >= share.cut_min_seconds
+        if not beside:
+            return None
+        return BackgroundCutBound.start(self.budgeted, _walk_upper(self.budgeted, self.hint), self.ends)
+
+    def _search_prefixes(self) -> SolveResult | None:
+        """2. The exact prefix search, on small graphs: its proof, else None, its counted seconds taken from
+        the time limit."""
+        if not self.small:
+            return None
+        exact = solve_prefixes(self.problem, self.time_limit * self.share.prefix_share, self.memory_budget, self.hint,
+                               deterministic=True, deadline=self.ends, progress=self.progress,
+                               tuning=self.tuning.prefixes)
+        if exact.status == SolveStatus.OPTIMAL:
+            return dataclasses.replace(exact, stats=dict(exact.stats, prefix_search=_searched(exact)),
+                                       wall_time=time.perf_counter() - self.started)
+        self.searched = exact.stats["expansions"] / self.per_second
+        self.time_limit -= self.searched
+        return None
+
+    def _solve_whole_model(self) -> SolveResult:
+        """3. The whole model."""
+        return solve_model(self.problem, self.time_limit * self.share.whole_model_share, self.memory_budget, self.hint,
+                           deterministic=True, deadline=self.deadline, progress=self.progress,
+                           max_units=whole_model_units(self.problem, self.share), tuning=self.tuning.cpsat,
+                           **self.options)
+
+    def _polish_by_windows(self, first: SolveResult, bound: int) -> _Windows:
+        """4. On small graphs exact windows first (cheap where CP-SAT's are weak: fsdp_tp 1 layer 155.3 -> 142.5
+        us in 0.3 s), then CP-SAT's windows from what they reached."""
+        problem, share, per_second, tuning = self.problem, self.share, self.per_second, self.tuning
+        left = self.time_limit - seconds_spent(first, True)
+        expansions = int(left * share.exact_windows_share * per_second) if self.small else 0
+        start, exact = improve_by_windows(self.budgeted, first.schedule, expansions, size=share.polish_window,
+                                          deadline=self.ends, progress=self.progress, tuning=tuning.prefixes)
         left -= exact["expansions"] / per_second
         start_sim = (first.simulated if start is first.schedule
-                     else validate(problem, start, memory_budget=memory_budget))
-        polished = solve_windows(problem, start, left, memory_budget, window=share.polish_window,
-                                 per_window=share.polish_seconds_per_window, deterministic=True, progress=progress,
-                                 deadline=ends, bound=bound, grow=share.polish_growth, tuning=tuning.windows,
-                                 cpsat_tuning=tuning.cpsat) if start_sim.makespan > bound else None
+                     else validate(problem, start, memory_budget=self.memory_budget))
+        polished = None
+        if start_sim.makespan > bound:
+            polished = solve_windows(problem, start, left, self.memory_budget, window=share.polish_window,
+                                     per_window=share.polish_seconds_per_window, deterministic=True,
+                                     progress=self.progress, deadline=self.ends, bound=bound,
+                                     grow=share.polish_growth, tuning=tuning.windows, cpsat_tuning=tuning.cpsat)
         seconds_left = polished.stats.get("seconds_left", 0.0) if polished else left
         if polished is not None and polished.status != SolveStatus.HINT_KEPT:
-            final, final_sim = polished.schedule, polished.simulated
+            reached = _Reached(polished.schedule, polished.simulated, seconds_left)
         elif start is not first.schedule:
-            final, final_sim = start, start_sim
+            reached = _Reached(start, start_sim, seconds_left)
         else:  # no window improved the model's schedule
-            final, final_sim = None, first.simulated
-        # 5. larger graphs: exact windows from what CP-SAT's reached, around its stalls first, in the counted
-        # seconds they left and late_exact_share of the limit on top
+            reached = _Reached(None, first.simulated, seconds_left)
+        return _Windows(exact, polished, reached)
+
+    def _late_exact_windows(self, first: SolveResult, bound: int, reached: _Reached) -> tuple[_Reached, dict]:
+        """5. Larger graphs: exact windows from what CP-SAT's reached, around its stalls first, in the counted
+        seconds they left and late_exact_share of the limit on top."""
         late = {"windows_tried": 0, "windows_improved": 0, "expansions": 0, "stopped_by_wall_clock": False}
-        if not small and final_sim.makespan > bound:
-            late_seconds = seconds_left + time_limit * share.late_exact_share
-            got, late = improve_by_windows(budgeted, final or first.schedule, int(late_seconds * per_second),
-                                           size=share.polish_window, deadline=ends, progress=progress,
+        if not self.small and reached.sim.makespan > bound:
+            budgeted, share = self.budgeted, self.share
+            late_seconds = reached.seconds_left + self.time_limit * share.late_exact_share
+            got, late = improve_by_windows(budgeted, reached.schedule or first.schedule,
+                                           int(late_seconds * self.per_second), size=share.polish_window,
+                                           deadline=self.ends, progress=self.progress,
                                            starts=lambda s, sim: window_starts(budgeted, s, sim, share.polish_window),
-                                           tuning=tuning.prefixes)
-            seconds_left = 0.0
+                                           tuning=self.tuning.prefixes)
+            reached = dataclasses.replace(reached, seconds_left=0.0)
             if late["windows_improved"]:
-                final, final_sim = got, validate(problem, got, memory_budget=memory_budget)
-        # 6. moves into the stalls left
+                reached = _Reached(got, validate(self.problem, got, memory_budget=self.memory_budget), 0.0)
+        return reached, late
+
+    def _fill_stalls(self, first: SolveResult, bound: int, reached: _Reached) -> tuple[_Reached, dict]:
+        """6. Moves into the stalls left."""
         fills = {"simulations": 0, "moves": 0, "stopped_by_wall_clock": False, "seconds": 0.0}
-        if final_sim.makespan > bound:
-            got, fills = _fill_idle(budgeted, final or first.schedule, time_limit * share.fill_idle_share, ends,
-                                    progress)
+        if reached.sim.makespan > bound:
+            got, fills = _fill_idle(self.budgeted, reached.schedule or first.schedule,
+                                    self.time_limit * self.share.fill_idle_share, self.ends, self.progress)
             if fills["moves"]:
-                final, final_sim = got, validate(problem, got, memory_budget=memory_budget)
+                reached = _Reached(got, validate(self.problem, got, memory_budget=self.memory_budget),
+                                   reached.seconds_left)
+        return reached, fills
+
+    def _result(self, first: SolveResult, bound: int, windows: _Windows, late: dict, fills: dict,
+                reached: _Reached) -> SolveResult:
+        """The schedule the phases after the whole model reached, with their stats and what they did."""
+        exact, polished = windows.exact, windows.polished
         polish = {k: polished.stats.get(k) for k in ("windows_tried", "windows_improved", "window")} if polished else {}
         stopped = (first.stats.get("stopped_by_wall_clock") or exact["stopped_by_wall_clock"]
                    or late["stopped_by_wall_clock"] or (polished and polished.stats.get("stopped_by_wall_clock"))
                    or fills["stopped_by_wall_clock"])
         stats = dict(first.stats, polish=polish, fill_idle=fills, exact_windows=exact, late_exact_windows=late,
                      stopped_by_wall_clock=bool(stopped))
-        if final is None:
-            found = dataclasses.replace(first, stats=stats, wall_time=time.perf_counter() - started)
-        else:
-            at_bound = final_sim.makespan <= bound  # optimal: no schedule is shorter than a lower bound
-            message = "; ".join(m for m in (
-                first.message, _windows_said("exact windows", exact), polished.message if polished else "",
-                _windows_said("exact windows after them", late),
-                f"then {fills['moves']} moves into stalls" if fills["moves"] else "",
-                "the windows reached a lower bound: optimal" if at_bound else "") if m)
-            found = SolveResult(dataclasses.replace(final, method="cpsat"),
-                                SolveStatus.OPTIMAL if at_bound else SolveStatus.FEASIBLE, final_sim, None, first.bound,
-                                time.perf_counter() - started, first.solver_status, message, stats)
-        # 7. the prefix search again, below the makespan found
-        if seconds_left > searched:  # a search with no more time than the first would end where it did
-            found = _prove_with_prefixes(problem, found, seconds_left, memory_budget, ends, progress, started, tuning)
-        # 8. the cut bound
-        return _bound_by_cuts(budgeted, found, ends, progress, started, walk, share)
-    finally:
-        if walk is not None:
-            walk.stop()
+        if reached.schedule is None:
+            return dataclasses.replace(first, stats=stats, wall_time=time.perf_counter() - self.started)
+        at_bound = reached.sim.makespan <= bound  # optimal: no schedule is shorter than a lower bound
+        message = "; ".join(m for m in (
+            first.message, _windows_said("exact windows", exact), polished.message if polished else "",
+            _windows_said("exact windows after them", late),
+            f"then {fills['moves']} moves into stalls" if fills["moves"] else "",
+            "the windows reached a lower bound: optimal" if at_bound else "") if m)
+        return SolveResult(dataclasses.replace(reached.schedule, method="cpsat"),
+                           SolveStatus.OPTIMAL if at_bound else SolveStatus.FEASIBLE, reached.sim, None, first.bound,
+                           time.perf_counter() - self.started, first.solver_status, message, stats)
 
 
 def _walk_upper(problem: Problem, hint: Schedule | None) -> int:

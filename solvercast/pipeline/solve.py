@@ -27,6 +27,7 @@ from solvercast.ir.simulate import SimResult, simulate, validate
 from solvercast.runtime.visualize import plot_schedules, write_chrome_trace
 from solvercast.pipeline.time_plan import TIME_PLAN_TUNING, TimePlan, TimePlanTuning, analysis_seconds, plan_time
 from solvercast.pipeline.tuning import DEFAULT_TUNING, Tuning
+from solvercast.solvers.result import SolveResult
 
 #: `optimize`'s methods: the registry's selectable entries (`solvercast.pipeline.methods`)
 METHODS = names(Kind.SOLVER, Kind.BEST, Kind.HEURISTIC, Kind.ORIGINAL, selectable=True)
@@ -256,30 +257,12 @@ def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deter
             phase("heuristics")
         return _within_budget(problem, schedule, budget), info
 
-    say("running heuristics")
-    with work_budget(work):
-        try:
-            hint = best_heuristic(problem, memory_budget=budget, original_simulation=baseline)
-            hint_error = None
-        except InfeasibleBudgetError as e:
-            hint, hint_error = None, e
     use_solver = entry.kind == Kind.SOLVER
-    # its simulation for the progress line, and to skip a solver that cannot beat it
-    hint_sim = None if hint is None or not (use_solver or say is not _quiet or warm_starts) else simulate(problem, hint)
-    hint_makespan = None if hint_sim is None else hint_sim.makespan
-    if hint is not None and say is not _quiet:
-        say(f"best heuristic: {hint.method}, makespan {hint_makespan / 1e3:.1f} us"
-            + (f" (cut by the time limit: {', '.join(work.cut)})" if work.cut else ""))
-    for start in warm_starts:  # a tighter budget's schedule holds this one: the frontier never gets worse
-        sim = simulate(problem, start)
-        better = hint is None or (sim.makespan, sim.peak_memory) < (hint_makespan, hint_sim.peak_memory)
-        if (budget is None or sim.peak_memory <= budget) and better:  # as fast and smaller: the frontier's point
-            hint, hint_sim, hint_error = start, sim, None
-            hint_makespan = sim.makespan
-            say(f"warm start: {hint.method}, makespan {hint_makespan / 1e3:.1f} us")
+    warm = _warm_start(problem, baseline, work, use_solver, say, warm_starts)
+    hint, hint_error = warm.schedule, warm.error
     phase("heuristics")
     info["heuristic"] = hint.method if hint is not None else None
-    if hint is not None and use_solver and lower_bound is not None and hint_makespan <= lower_bound:
+    if hint is not None and use_solver and lower_bound is not None and warm.makespan <= lower_bound:
         # synthetic 1,000 tasks, budget 1.0: nondelay at the compute bound, and CP-SAT spent 1.2 s to keep it
         info["fallback"] = f"the warm start ({hint.method}) reaches a lower bound: it is optimal, no solver run"
         info["method"] = hint.method
@@ -311,6 +294,55 @@ def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deter
             e.best_peak = hint_error.best_peak
         raise
     phase("solve")
+    return _solver_outcome(problem, method, res, warm, deterministic, info)
+
+
+@dataclass(frozen=True)
+class _WarmStart:
+    """The solver's warm start: ``schedule`` the best heuristic's, or a warm start's that beats it (None: none
+    holds the budget), ``sim`` its simulation where it was needed, ``error`` why the heuristics found none."""
+    schedule: Schedule | None
+    sim: SimResult | None
+    error: InfeasibleBudgetError | None
+
+    @property
+    def makespan(self) -> int | None:
+        return None if self.sim is None else self.sim.makespan
+
+
+def _warm_start(problem: Problem, baseline: SimResult, work: WorkBudget, use_solver: bool, say,
+                warm_starts: Sequence[Schedule]) -> _WarmStart:
+    """The best heuristic's schedule under ``work`` (``baseline``: the original order's simulation), replaced
+    by a schedule of ``warm_starts`` that holds the budget and beats it."""
+    budget = problem.machine.memory_budget
+    say("running heuristics")
+    with work_budget(work):
+        try:
+            hint = best_heuristic(problem, memory_budget=budget, original_simulation=baseline)
+            hint_error = None
+        except InfeasibleBudgetError as e:
+            hint, hint_error = None, e
+    # its simulation for the progress line, and to skip a solver that cannot beat it
+    hint_sim = None if hint is None or not (use_solver or say is not _quiet or warm_starts) else simulate(problem, hint)
+    hint_makespan = None if hint_sim is None else hint_sim.makespan
+    if hint is not None and say is not _quiet:
+        say(f"best heuristic: {hint.method}, makespan {hint_makespan / 1e3:.1f} us"
+            + (f" (cut by the time limit: {', '.join(work.cut)})" if work.cut else ""))
+    for start in warm_starts:  # a tighter budget's schedule holds this one: the frontier never gets worse
+        sim = simulate(problem, start)
+        better = hint is None or (sim.makespan, sim.peak_memory) < (hint_makespan, hint_sim.peak_memory)
+        if (budget is None or sim.peak_memory <= budget) and better:  # as fast and smaller: the frontier's point
+            hint, hint_sim, hint_error = start, sim, None
+            hint_makespan = sim.makespan
+            say(f"warm start: {hint.method}, makespan {hint_makespan / 1e3:.1f} us")
+    return _WarmStart(hint, hint_sim, hint_error)
+
+
+def _solver_outcome(problem: Problem, method: str, res: SolveResult, warm: _WarmStart, deterministic: bool,
+                    info: dict) -> tuple[Schedule, dict]:
+    """The solver's schedule, or the warm start where the solver found none or its schedule may differ
+    between ranks, and ``info`` with what the solver did."""
+    hint, hint_error = warm.schedule, warm.error
     info.update(solver=method, solver_status=res.status.value,
                 solver_raw_status=res.solver_status, solver_objective=res.objective, solver_bound=res.bound,
                 solver_message=res.message, solver_time=res.wall_time)
@@ -328,6 +360,7 @@ def _solve(problem: Problem, method: str, plan: TimePlan, deadline: float, deter
             return hint, info
     if res.schedule is None:
         if hint is None:
+            budget = problem.machine.memory_budget
             raise InfeasibleBudgetError(
                 f"no schedule within the budget of {budget} B was found; {hint_error}", best_peak=hint_error.best_peak)
         info["fallback"] = res.message

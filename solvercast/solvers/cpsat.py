@@ -23,7 +23,7 @@ from solvercast.ir.bounds import lower_bounds
 from solvercast.errors import InfeasibleBudgetError
 from solvercast.ir.problem import Problem
 from solvercast.ir.schedule import Schedule
-from solvercast.ir.simulate import simulate, validate
+from solvercast.ir.simulate import SimResult, simulate, validate
 from solvercast.solvers.common import scale_problem, serial_horizon
 from solvercast.solvers.cpsat_model import CpsatModel, model_horizon_cap
 from solvercast.solvers.result import Outcome, SolveResult, best_valid
@@ -209,25 +209,61 @@ def solve_model(
     solver proves no schedule fits the budget.
     """
     t0 = time.perf_counter()
-    seconds_given = time_limit  # what `large.seconds_spent` counts this solve's time in
     budget = problem.machine.memory_budget if memory_budget is None else memory_budget
-    build_started = t0
     hint_sim = validate(problem, hint, memory_budget=budget) if hint is not None else None
-
     modelled = problem.num_tasks if window is None else window[1] - window[0]
     # building the model cannot be interrupted: with the deadline nearer than its predicted cost the call
     # would return late (`optimize`'s plan does not start a solver it cannot pay for; this is the wall's guard)
     if deadline is not None and deadline - time.perf_counter() < tuning.build_seconds_per_task * modelled:
-        outcome = Outcome(hint, hint_sim, time.perf_counter() - t0, "NOT_STARTED", {"stopped_by_wall_clock": True})
-        return outcome.no_solution("no time left to build the CP-SAT model before the deadline",
-                                   "no time left to build the CP-SAT model before the deadline; kept the warm start")
+        return _not_started(hint, hint_sim, t0)
+    factor, scaled, scaled_hint_sim, model_horizon = _scaled(problem, hint, hint_sim, modelled)
+    model = _build_model(problem, scaled, factor, model_horizon, budget, hint, scaled_hint_sim,
+                         window=window, left_shift=left_shift, fixed_order=fixed_order)
+    solver = cp_model.CpSolver()
+    params = solver.parameters
+    params.random_seed = seed
+    units, seconds_given = _set_search_limit(params, model, time_limit, deterministic, workers, max_units, tuning)
+    keep = not model.single_stream and budget is not None
+    params.max_time_in_seconds = wall_cap = _wall_cap(problem, time_limit, deadline, deterministic, keep, t0, tuning)
+    _set_hint_presolve_and_log_options(solver, model, units, tuning, repair_hint=repair_hint and hint is not None,
+                                       check_hint=debug_hint and hint is not None, log_progress=log_progress)
+    build_time = time.perf_counter() - t0
+    callback = _Solutions(model, progress, factor, keep=solutions_judged(problem.num_tasks, tuning) if keep else 0)
+    status = solver.Solve(model.m, callback)
+    wall = time.perf_counter() - t0
+    exact = _exact(problem, factor, fixed_order=fixed_order, windowed=window is not None, left_shift=left_shift)
+    stats = _solve_stats(solver, status, model, factor, deterministic, units, wall_cap, build_time, seconds_given)
+    outcome = Outcome(hint, hint_sim, wall, solver.StatusName(status), stats)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return _without_solution(status, outcome, budget, time_limit)
+    return _judged(problem, solver, status, model, callback, outcome, budget, factor, left_shift, exact, tuning)
+
+
+def _not_started(hint: Schedule | None, hint_sim: SimResult | None, t0: float) -> SolveResult:
+    """The result of a call whose deadline leaves no time to build the model: the warm start, or none."""
+    outcome = Outcome(hint, hint_sim, time.perf_counter() - t0, "NOT_STARTED", {"stopped_by_wall_clock": True})
+    return outcome.no_solution("no time left to build the CP-SAT model before the deadline",
+                               "no time left to build the CP-SAT model before the deadline; kept the warm start")
+
+
+def _scaled(problem: Problem, hint: Schedule | None, hint_sim: SimResult | None,
+            modelled: int) -> tuple[int, Problem, SimResult | None, int]:
+    """The factor that brings the horizon within what a model of ``modelled`` tasks holds, the problem scaled
+    by it, the hint's simulation there, and the model's horizon."""
     serial = serial_horizon(problem)
     horizon = hint_sim.makespan if hint_sim is not None else serial
     factor = max(1, math.ceil(horizon / model_horizon_cap(modelled)))
     scaled = scale_problem(problem, factor)
     scaled_hint_sim = simulate(scaled, hint) if hint is not None else None
     model_horizon = scaled_hint_sim.makespan if scaled_hint_sim is not None else -(-serial // factor)
+    return factor, scaled, scaled_hint_sim, model_horizon
 
+
+def _build_model(problem: Problem, scaled: Problem, factor: int, model_horizon: int, budget: int | None,
+                 hint: Schedule | None, scaled_hint_sim: SimResult | None, *, window: tuple[int, int] | None,
+                 left_shift: bool, fixed_order: set[int] | None) -> CpsatModel:
+    """The model of ``scaled`` over its scope (whole, or a window of the hint), with its objective, the
+    bounds, the order kept and the hint."""
     if window is not None and hint is None:
         raise ValueError("window models part of the hint: give a hint")
     scope = Scope.whole() if window is None else Scope.of_window(scaled, hint, scaled_hint_sim, *window)
@@ -249,10 +285,15 @@ def solve_model(
         model.fix_order(hint, scaled_hint_sim, fixed_order)
     if hint is not None:
         model.add_hint(hint, scaled_hint_sim)
+    return model
 
-    solver = cp_model.CpSolver()
-    params = solver.parameters
-    params.random_seed = seed
+
+def _set_search_limit(params, model: CpsatModel, time_limit: float, deterministic: bool, workers: int,
+                      max_units: float | None, tuning: CpsatTuning) -> tuple[float, float]:
+    """The workers and, with ``deterministic``, CP-SAT's deterministic limit. Returns the units the search is
+    planned to take (the probing caps' base) and the seconds given (those ``max_units`` take, when it cuts
+    the limit)."""
+    seconds_given = time_limit  # what `large.seconds_spent` counts this solve's time in
     if deterministic:
         # One worker: CP-SAT's parallel search is a race between its workers (other ranks, other
         # schedules) whatever the time limit. Its interleaved search is deterministic but, measured
@@ -268,13 +309,19 @@ def solve_model(
     else:
         params.num_workers = workers
         units = time_limit * search_rate(model_kind(model), len(model.m.Proto().constraints), tuning)  # probing caps
-    # The deterministic limit, which gives the same answer on every rank, normally ends the search
-    # (`deterministic_limit`); the wall clock caps the call at time_limit, or, given the caller's deadline,
-    # a deterministic search at `deterministic_wall_slack` times that but never past the deadline: on a
-    # machine slower than the predicted rate it then still reaches its deterministic limit (the same answer
-    # on every rank). What building the model took is left out of the solver's share, and the cap leaves
-    # room for what follows the solve (validating the final solution and the kept ones)
-    keep = not model.single_stream and budget is not None
+    return units, seconds_given
+
+
+def _wall_cap(problem: Problem, time_limit: float, deadline: float | None, deterministic: bool, keep: bool,
+              t0: float, tuning: CpsatTuning) -> float:
+    """The wall-clock cap of a solve that started at ``t0`` (``keep``: the kept solutions are judged after it).
+
+    The deterministic limit, which gives the same answer on every rank, normally ends the search
+    (`deterministic_limit`); the wall clock caps the call at time_limit, or, given the caller's deadline,
+    a deterministic search at `deterministic_wall_slack` times that but never past the deadline: on a
+    machine slower than the predicted rate it then still reaches its deterministic limit (the same answer
+    on every rank). What building the model took is left out of the solver's share, and the cap leaves
+    room for what follows the solve (validating the final solution and the kept ones)."""
     judged = 2 + (solutions_judged(problem.num_tasks, tuning) if keep else 0)
     after_solve = judged * problem.num_tasks * tuning.validate_seconds_per_task
     wall_cap = max(0.01, time_limit - (time.perf_counter() - t0) - after_solve)
@@ -283,13 +330,22 @@ def solve_model(
         if deterministic:  # slack on the plan, and a margin before the deadline for CP-SAT's return
             until_deadline -= tuning.deadline_margin_seconds + tuning.deadline_margin_share * (deadline - t0)
         wall_cap = max(0.01, min(wall_cap * (tuning.deterministic_wall_slack if deterministic else 1), until_deadline))
-    params.max_time_in_seconds = wall_cap
+    return wall_cap
+
+
+def _set_hint_presolve_and_log_options(solver: cp_model.CpSolver, model: CpsatModel, units: float,
+                                       tuning: CpsatTuning, *, repair_hint: bool, check_hint: bool,
+                                       log_progress: bool | Callable[[str], None]) -> None:
+    """CP-SAT's hint repair, presolve's bounds (`bound_presolve`, for a search of ``units``), with ``check_hint``
+    a first check that the hint is a feasible point of the model and CP-SAT's check that presolve keeps it,
+    and with ``log_progress`` CP-SAT's search log (to that callable, if one)."""
+    params = solver.parameters
     # repair_hint helped at ~1k tasks in the prototype, but OR-Tools 9.15 sometimes aborts the whole
     # process with it ("Check failed: heuristics.fixed_search != nullptr", seen with and without
     # fixed_order when the time limit falls early): off unless asked for.
-    params.repair_hint = bool(repair_hint and hint is not None)
+    params.repair_hint = bool(repair_hint)
     bound_presolve(params, units, tuning)
-    if debug_hint and hint is not None:
+    if check_hint:
         model.check_hint()
         # and CP-SAT aborts the process if its presolve turns the feasible hint infeasible (OR-Tools
         # issues 4373, 4693): the first solution must stay the hint
@@ -299,37 +355,43 @@ def solve_model(
         if callable(log_progress):
             solver.log_callback = log_progress
             params.log_to_stdout = False
-    build_time = time.perf_counter() - build_started
-    callback = _Solutions(model, progress, factor, keep=solutions_judged(problem.num_tasks, tuning) if keep else 0)
-    status = solver.Solve(model.m, callback)
-    wall = time.perf_counter() - t0
-    name = solver.StatusName(status)
-    # a bound on the scaled model (durations rounded up) can exceed the real optimum: reported unscaled only
-    # CP-SAT's optimum and bound are the problem's only for the whole, unscaled model with the makespan
-    # objective (a scaled model's durations are rounded up; reduced models solve part of it), and, with
-    # several compute streams, only without synchronous comm ops (their program order is approximated
-    # by start times, which excludes some valid schedules)
+
+
+def _exact(problem: Problem, factor: int, *, fixed_order: set[int] | None, windowed: bool, left_shift: bool) -> bool:
+    """Whether CP-SAT's optimum and bound are the problem's.
+
+    They are only for the whole, unscaled model with the makespan objective (a scaled model's durations are
+    rounded up; reduced models solve part of it), and, with several compute streams, only without synchronous
+    comm ops (their program order is approximated by start times, which excludes some valid schedules)."""
     sync_comm = any(not problem.is_async_comm(c) for c in problem.comm_tasks)
-    exact = (factor == 1 and not fixed_order and window is None and not left_shift
-             and not (sync_comm and problem.machine.compute_streams > 1))
-    bound = int(solver.BestObjectiveBound()) if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) and exact else None
+    return (factor == 1 and not fixed_order and not windowed and not left_shift
+            and not (sync_comm and problem.machine.compute_streams > 1))
+
+
+def _solve_stats(solver: cp_model.CpSolver, status: int, model: CpsatModel, factor: int, deterministic: bool,
+                 units: float, wall_cap: float, build_time: float, seconds_given: float) -> dict:
+    """The stats of a finished solve."""
     # a search that ended without a proof was ended by a limit: by the wall clock when it reached its cap,
     # or when it stopped short of the deterministic limit (a loaded machine: the wall clock came first)
     stopped_by_wall = deterministic and status in (cp_model.FEASIBLE, cp_model.UNKNOWN) and (
         solver.WallTime() >= wall_cap * 0.98 or solver.deterministic_time < units * 0.98)
-    stats = {"scale": factor, "stopped_by_wall_clock": stopped_by_wall, "build_time": build_time,
-             "deterministic_time": solver.deterministic_time, "deterministic_limit": units if deterministic else None,
-             "seconds_given": seconds_given,
-             "solver_wall_time": solver.WallTime(), "variables": len(model.m.Proto().variables),
-             "constraints": len(model.m.Proto().constraints), "branches": solver.NumBranches()}
+    return {"scale": factor, "stopped_by_wall_clock": stopped_by_wall, "build_time": build_time,
+            "deterministic_time": solver.deterministic_time, "deterministic_limit": units if deterministic else None,
+            "seconds_given": seconds_given,
+            "solver_wall_time": solver.WallTime(), "variables": len(model.m.Proto().variables),
+            "constraints": len(model.m.Proto().constraints), "branches": solver.NumBranches()}
 
-    outcome = Outcome(hint, hint_sim, wall, name, stats)
+
+def _without_solution(status: int, outcome: Outcome, budget: int | None, time_limit: float) -> SolveResult:
+    """The result of a solve that returned no solution (``status`` neither OPTIMAL nor FEASIBLE): the warm
+    start, or none; raises `InfeasibleBudgetError` when CP-SAT proved that no schedule fits the budget."""
+    hint_sim, name = outcome.hint_sim, outcome.solver_status
     if status == cp_model.INFEASIBLE and hint_sim is not None and (budget is None or hint_sim.peak_memory <= budget):
         # no proof: the warm start is a schedule within the budget by `simulate`. Seen on a window of
         # dsv3_bw_128 (OR-Tools 9.15): the same model with the hint's values fixed solves OPTIMAL, every
         # constraint holds at the hint, so the INFEASIBLE was the solver's wrong answer (OR-Tools issues 4373 and
         # 4693 are of this kind: presolve losing a feasible hint)
-        stats["infeasible_with_feasible_hint"] = True
+        outcome.stats["infeasible_with_feasible_hint"] = True
         return outcome.no_solution("", "CP-SAT answered INFEASIBLE though the warm start is within the budget by "
                                        "simulate (a wrong answer of the solver): kept the warm start")
     if status == cp_model.INFEASIBLE:
@@ -337,22 +399,30 @@ def solve_model(
             f"CP-SAT proved that no schedule keeps peak memory within {budget} B"
             + (f" (smallest peak a heuristic found: {hint_sim.peak_memory} B)" if hint_sim else ""),
             best_peak=hint_sim.peak_memory if hint_sim else None)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return outcome.no_solution(f"CP-SAT found no schedule in {time_limit:g} s ({name})",
-                                   f"CP-SAT found no solution in {time_limit:g} s ({name}); kept the warm start")
+    return outcome.no_solution(f"CP-SAT found no schedule in {time_limit:g} s ({name})",
+                               f"CP-SAT found no solution in {time_limit:g} s ({name}); kept the warm start")
 
+
+def _judged(problem: Problem, solver: cp_model.CpSolver, status: int, model: CpsatModel, callback: _Solutions,
+            outcome: Outcome, budget: int | None, factor: int, left_shift: bool, exact: bool,
+            tuning: CpsatTuning) -> SolveResult:
+    """The result of a solve that found solutions: the best valid one by `simulate` (the final one or one of
+    the kept earlier ones), or the warm start when that is no worse."""
+    # a bound on the scaled model (durations rounded up) can exceed the real optimum: reported unscaled only
+    bound = int(solver.BestObjectiveBound()) if exact else None
     final = model.extract(solver)
     objective = int(solver.Value(model.makespan)) * factor
     # the newest kept solutions, the final one's repeat left out: each costs a simulation
     earlier = [c for c in reversed(callback.schedules) if c != final][:solutions_judged(problem.num_tasks, tuning)]
     schedule, sim, errors = best_valid(problem, [final] + earlier, budget, left_shift)
     if schedule is None:
-        if hint is None:  # with several streams, re-simulation can put every solution over the budget
+        if outcome.hint is None:  # with several streams, re-simulation can put every solution over the budget
             return outcome.no_solution(f"CP-SAT's schedules failed validation ({errors[0]})", "")
         return outcome.invalid("CP-SAT's", errors[0], objective, bound)
     if schedule is not final:
         status = cp_model.FEASIBLE  # an earlier solution: no longer the proven optimum
-        stats["earlier_solution"] = f"the final one: {errors[0]}" if 0 in errors else "the final one simulated slower"
+        outcome.stats["earlier_solution"] = (f"the final one: {errors[0]}" if 0 in errors
+                                             else "the final one simulated slower")
     proven = status == cp_model.OPTIMAL and exact
     return outcome.better_of(problem, schedule, sim, proven=proven, hint_proven=proven, objective=objective, bound=bound,
                              left_shift=left_shift, proved_hint="CP-SAT proved the warm start optimal",

@@ -138,48 +138,11 @@ def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansion
         raise UnsupportedProblemError(f"the prefix search does not apply: {why}; use cpsat")
     started = time.perf_counter()
     tb = _Tables(problem)
-    n, sync, kind, dur = tb.n, tb.sync, tb.kind, tb.duration
     budget = problem.machine.memory_budget
     upper = float("inf") if upper is None else upper
-    full = (1 << n) - 1
-
-    def issue(ideal: int, cur: int, ready: int, t: int) -> tuple[int, int, int, list[int]]:
-        """Issue t, then every view it makes ready: (set, bytes resident after, the tasks ready then
-        (views aside), the views)."""
-        ideal |= 1 << t
-        ready &= ~(1 << t)
-        views, stack = [], [t]
-        while stack:
-            x = stack.pop()
-            for u in tb.succs[x]:
-                if not ideal >> u & 1 and not tb.preds_mask[u] & ~ideal:
-                    if kind[u] == _VIEW:
-                        ideal |= 1 << u
-                        views.append(u)
-                        stack.append(u)
-                    else:
-                        ready |= 1 << u
-        # freed: the buffers these tasks hold whose holders are all issued now (once each: a view and its
-        # producer may both hold one)
-        freed = {k for x in [t] + views for k in tb.touches[x] if not tb.release_mask[k] & ~ideal}
-        return ideal, cur - sum(tb.release_size[k] for k in freed), ready, views
-
-    remaining = [0] * tb.num_streams
-    for t in range(n):
-        if tb.work_stream[t] >= 0:
-            remaining[tb.work_stream[t]] += dur[t]
-    # a prefix: (times, keys, ends, node, asleep) with times the streams' free times, keys the (task, stream) of
-    # the kept ends, node (parent node, issued tasks, stream choices) to read the order back, asleep the mask of
-    # its sleep set
-    start_ideal, start_cur = 0, problem.initial_resident_bytes
-    start_ready = sum(1 << t for t in range(n) if not tb.preds_mask[t] and kind[t] != _VIEW)
-    first_views: list[int] = []
-    for t in range(n):
-        if kind[t] == _VIEW and not start_ideal >> t & 1 and not tb.preds_mask[t]:
-            start_ideal, start_cur, start_ready, views = issue(start_ideal, start_cur, start_ready, t)
-            first_views += [t] + views
-    level = {start_ideal: (start_cur, 0, tuple(remaining), start_ready,
-                           [((0,) * tb.num_streams, (), (), (None, tuple(first_views), ()), 0)])}
+    full = (1 << tb.n) - 1
+    remaining = _work_left(tb)
+    start_ideal, level = _first_level(tb, problem.initial_resident_bytes, remaining)
     expansions = most = 0
     said = started
     finished = []
@@ -192,102 +155,12 @@ def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansion
         finished, level = level[start_ideal][4], {}
     depth = 0  # prefix length in tasks that take time: the search ends at the number of such tasks
     allowed = None if window is None else _window_masks(tb, *window)
-    checkpoint = max(1, sum(1 for k in kind if k != _VIEW) // 10)
+    checkpoint = max(1, sum(1 for k in tb.kind if k != _VIEW) // 10)
     while level and stopped is None:
         grown: dict[int, tuple] = {}
-        for ideal, (cur, issued_comms, rem, ready_tasks, prefixes) in level.items():
-            checked = memory_from is None or ideal >> memory_from & 1  # the budget holds at these steps
-            steps = []  # (task, its chain predecessor or None) of each issue the order and the memory allow
-            candidates = ready_tasks if allowed is None else ready_tasks & allowed[depth]
-            while candidates:
-                low = candidates & -candidates
-                candidates ^= low
-                t = low.bit_length() - 1
-                pos = tb.order_pred.get(t)
-                if pos is not None and pos >= 0 and not ideal >> pos & 1:
-                    continue
-                if budget is not None and (checked or t == memory_from) and cur + tb.alloc[t] > budget:
-                    continue
-                steps.append((t, pos))
-            issued: dict[int, tuple] = {}  # task -> (set, bytes after, ready, views, work left), when asked
-
-            def issue_now(t: int) -> tuple:
-                got = issued.get(t)
-                if got is None:
-                    new_ideal, new_cur, new_ready, views = issue(ideal, cur + tb.alloc[t], ready_tasks, t)
-                    new_rem = rem
-                    if tb.work_stream[t] >= 0:
-                        new_rem = list(rem)
-                        new_rem[tb.work_stream[t]] -= dur[t]
-                        new_rem = tuple(new_rem)
-                    got = issued[t] = (new_ideal, new_cur, new_ready, views, new_rem)
-                return got
-
-            feasible = sum(1 << step[0] for step in steps)
-            quiet_tasks = feasible & tb.quiet_mask
-            for times, keys, ends, node, asleep in prefixes:
-                end_of = {q: (e, qs) for (q, qs), e in zip(keys, ends)}
-                # the quiet tasks whose inputs are ready by the time stream 0 is free: any two of them, if
-                # memory allows both orders, commute (the same times and set after both)
-                calm = quiet_tasks
-                if end_of:
-                    m = quiet_tasks
-                    while m:
-                        low = m & -m
-                        m ^= low
-                        c = low.bit_length() - 1
-                        for q in tb.sync_preds[c]:
-                            if q in end_of and end_of[q][0] + (sync if end_of[q][1] else 0) > times[0]:
-                                calm &= ~low
-                                break
-                for t, pos in steps:
-                    if asleep >> t & 1:
-                        continue  # the other order of a commuting pair reaches the same prefix
-                    expansions += 1
-                    new_ideal, new_cur, new_ready, views, new_rem = issue_now(t)
-                    child_asleep = 0
-                    if calm >> t & 1:
-                        maybe = (asleep | (feasible & ((1 << t) - 1) & ~asleep)) & calm
-                        while maybe:
-                            low = maybe & -maybe
-                            maybe ^= low
-                            c = low.bit_length() - 1
-                            if budget is None or not checked or (new_cur + tb.alloc[c] <= budget
-                                                                 and issue_now(c)[1] + tb.alloc[t] <= budget):
-                                child_asleep |= low
-                    entry = grown.get(new_ideal)
-                    if entry is None:
-                        entry = grown[new_ideal] = (new_cur, issued_comms + (pos is not None), new_rem, new_ready, [])
-                    out = entry[4]
-                    inputs = [end_of[q] for q in tb.sync_preds[t] if q in end_of]
-                    for s in tb.streams[t]:
-                        free = list(times)
-                        if kind[t] == _LAUNCHED:  # a zero-time point on stream 0 that waits for the inputs
-                            ready = free[0]
-                            for e, qs in inputs:
-                                r = e + (sync if qs != 0 else 0)
-                                if r > ready:
-                                    ready = r
-                            free[0] = ready
-                            ready += sync
-                        else:
-                            ready = 0
-                            for e, qs in inputs:
-                                r = e + (sync if qs != s else 0)
-                                if r > ready:
-                                    ready = r
-                        end = (ready if ready > free[s] else free[s]) + dur[t]
-                        free[s] = end
-                        # the streams t changed: the others' free time plus their work passed at the parent
-                        if free[s] + new_rem[s] >= upper or free[0] + new_rem[0] >= upper:
-                            continue
-                        kept = {(q, qs): e for q, (e, qs) in end_of.items() if tb.readers_mask[q] & ~new_ideal}
-                        if tb.readers_mask[t] & ~new_ideal and not (s == 0 and tb.stream0_reader[t]):
-                            kept[t, s] = end
-                        new_keys = tuple(sorted(kept))
-                        out.append((tuple(free), new_keys, tuple(kept[k] for k in new_keys),
-                                    (node, (t,) + tuple(views), ((t, s),) if len(tb.streams[t]) > 1 else ()),
-                                    child_asleep))
+        allowed_now = None if allowed is None else allowed[depth]
+        for ideal, entry in level.items():
+            expansions += _expand_set(tb, ideal, entry, grown, allowed_now, budget, memory_from, upper)
             if max_expansions is not None and expansions > max_expansions:
                 stopped = "limit"
                 break
@@ -296,15 +169,7 @@ def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansion
                 break
         if stopped is not None:
             break
-        level = {}
-        count = 0
-        for ideal, (cur, issued_comms, rem, ready_tasks, prefixes) in grown.items():
-            kept = _undominated(prefixes)
-            if ideal == full:
-                finished += kept
-            elif kept:
-                level[ideal] = (cur, issued_comms, rem, ready_tasks, kept)
-                count += len(kept)
+        level, count = _next_level(grown, full, finished)
         most = max(most, count)
         depth += 1
         if (window is None and max_expansions is not None and depth == checkpoint
@@ -318,14 +183,217 @@ def search_prefixes(problem: Problem, upper: int | None = None, *, max_expansion
     if stopped is not None or not finished:
         return PrefixSearch(None, {}, None, stopped is None, expansions, most, seconds, stats)
     best = min(finished, key=lambda p: max(p[0]))
+    order, streams = _read_order(best[3])
+    return PrefixSearch(tuple(order), streams, max(best[0]), True, expansions, most, seconds, stats)
+
+
+def _issue(tb: _Tables, ideal: int, cur: int, ready: int, t: int) -> tuple[int, int, int, list[int]]:
+    """Issue t, then every view it makes ready: (set, bytes resident after, the tasks ready then
+    (views aside), the views)."""
+    ideal |= 1 << t
+    ready &= ~(1 << t)
+    views, stack = [], [t]
+    while stack:
+        x = stack.pop()
+        for u in tb.succs[x]:
+            if not ideal >> u & 1 and not tb.preds_mask[u] & ~ideal:
+                if tb.kind[u] == _VIEW:
+                    ideal |= 1 << u
+                    views.append(u)
+                    stack.append(u)
+                else:
+                    ready |= 1 << u
+    # freed: the buffers these tasks hold whose holders are all issued now (once each: a view and its
+    # producer may both hold one)
+    freed = {k for x in [t] + views for k in tb.touches[x] if not tb.release_mask[k] & ~ideal}
+    return ideal, cur - sum(tb.release_size[k] for k in freed), ready, views
+
+
+def _work_left(tb: _Tables) -> list[int]:
+    """Per stream, the durations of the tasks that can run on that stream only."""
+    remaining = [0] * tb.num_streams
+    for t in range(tb.n):
+        if tb.work_stream[t] >= 0:
+            remaining[tb.work_stream[t]] += tb.duration[t]
+    return remaining
+
+
+def _first_level(tb: _Tables, resident: int, remaining: list[int]) -> tuple[int, dict[int, tuple]]:
+    """The set of the views ready before any task, and the search's first level: that set with its one
+    prefix.
+
+    A level maps a set to (bytes resident, comm tasks issued, work left per stream, tasks ready, prefixes); a
+    prefix is (times, keys, ends, node, asleep) with times the streams' free times, keys the (task, stream) of
+    the kept ends, node (parent node, issued tasks, stream choices) to read the order back, asleep the mask of
+    its sleep set."""
+    n, kind = tb.n, tb.kind
+    start_ideal, start_cur = 0, resident
+    start_ready = sum(1 << t for t in range(n) if not tb.preds_mask[t] and kind[t] != _VIEW)
+    first_views: list[int] = []
+    for t in range(n):
+        if kind[t] == _VIEW and not start_ideal >> t & 1 and not tb.preds_mask[t]:
+            start_ideal, start_cur, start_ready, views = _issue(tb, start_ideal, start_cur, start_ready, t)
+            first_views += [t] + views
+    return start_ideal, {start_ideal: (start_cur, 0, tuple(remaining), start_ready,
+                                       [((0,) * tb.num_streams, (), (), (None, tuple(first_views), ()), 0)])}
+
+
+def _allowed_steps(tb: _Tables, ideal: int, cur: int, candidates: int, budget: int | None,
+                   memory_from: int | None, checked: bool) -> list[tuple[int, int | None]]:
+    """(task, its chain predecessor or None) of each issue among ``candidates`` that the collective order and
+    the memory allow."""
+    steps = []
+    while candidates:
+        low = candidates & -candidates
+        candidates ^= low
+        t = low.bit_length() - 1
+        pos = tb.order_pred.get(t)
+        if pos is not None and pos >= 0 and not ideal >> pos & 1:
+            continue
+        if budget is not None and (checked or t == memory_from) and cur + tb.alloc[t] > budget:
+            continue
+        steps.append((t, pos))
+    return steps
+
+
+def _calm_tasks(tb: _Tables, quiet_tasks: int, end_of: dict[int, tuple[int, int]], stream0_free: int) -> int:
+    """The quiet tasks whose inputs are ready by the time stream 0 is free: any two of them, if memory
+    allows both orders, commute (the same times and set after both)."""
+    calm = quiet_tasks
+    if end_of:
+        m = quiet_tasks
+        while m:
+            low = m & -m
+            m ^= low
+            c = low.bit_length() - 1
+            for q in tb.sync_preds[c]:
+                if q in end_of and end_of[q][0] + (tb.sync if end_of[q][1] else 0) > stream0_free:
+                    calm &= ~low
+                    break
+    return calm
+
+
+def _child_sleep_set(tb: _Tables, t: int, asleep: int, feasible: int, calm: int, new_cur: int,
+                     budget: int | None, checked: bool, issue_now: Callable[[int], tuple]) -> int:
+    """The sleep set after issuing the calm task t: the calm tasks asleep already or tried before t at this
+    prefix, whose order with t memory allows both ways."""
+    child_asleep = 0
+    maybe = (asleep | (feasible & ((1 << t) - 1) & ~asleep)) & calm
+    while maybe:
+        low = maybe & -maybe
+        maybe ^= low
+        c = low.bit_length() - 1
+        if budget is None or not checked or (new_cur + tb.alloc[c] <= budget
+                                             and issue_now(c)[1] + tb.alloc[t] <= budget):
+            child_asleep |= low
+    return child_asleep
+
+
+def _place(tb: _Tables, times: tuple[int, ...], inputs: list[tuple[int, int]], t: int,
+           s: int) -> tuple[list[int], int]:
+    """The streams' free times after t is placed on stream s, and t's end."""
+    sync = tb.sync
+    free = list(times)
+    if tb.kind[t] == _LAUNCHED:  # a zero-time point on stream 0 that waits for the inputs
+        ready = free[0]
+        for e, qs in inputs:
+            r = e + (sync if qs != 0 else 0)
+            if r > ready:
+                ready = r
+        free[0] = ready
+        ready += sync
+    else:
+        ready = 0
+        for e, qs in inputs:
+            r = e + (sync if qs != s else 0)
+            if r > ready:
+                ready = r
+    end = (ready if ready > free[s] else free[s]) + tb.duration[t]
+    free[s] = end
+    return free, end
+
+
+def _expand_set(tb: _Tables, ideal: int, entry: tuple, grown: dict[int, tuple], allowed_now: int | None,
+                budget: int | None, memory_from: int | None, upper: float) -> int:
+    """Extend every prefix of set ``ideal`` (its level ``entry``) by each task it may issue next, adding
+    the children whose makespan bound stays below ``upper`` to ``grown`` (the next level, unpruned).
+    Returns the number of expansions."""
+    cur, issued_comms, rem, ready_tasks, prefixes = entry
+    checked = memory_from is None or ideal >> memory_from & 1  # the budget holds at these steps
+    candidates = ready_tasks if allowed_now is None else ready_tasks & allowed_now
+    steps = _allowed_steps(tb, ideal, cur, candidates, budget, memory_from, checked)
+    issued: dict[int, tuple] = {}  # task -> (set, bytes after, ready, views, work left), when asked
+
+    def issue_now(t: int) -> tuple:
+        got = issued.get(t)
+        if got is None:
+            new_ideal, new_cur, new_ready, views = _issue(tb, ideal, cur + tb.alloc[t], ready_tasks, t)
+            new_rem = rem
+            if tb.work_stream[t] >= 0:
+                new_rem = list(rem)
+                new_rem[tb.work_stream[t]] -= tb.duration[t]
+                new_rem = tuple(new_rem)
+            got = issued[t] = (new_ideal, new_cur, new_ready, views, new_rem)
+        return got
+
+    expansions = 0
+    feasible = sum(1 << step[0] for step in steps)
+    quiet_tasks = feasible & tb.quiet_mask
+    for times, keys, ends, node, asleep in prefixes:
+        end_of = {q: (e, qs) for (q, qs), e in zip(keys, ends)}
+        calm = _calm_tasks(tb, quiet_tasks, end_of, times[0])
+        for t, pos in steps:
+            if asleep >> t & 1:
+                continue  # the other order of a commuting pair reaches the same prefix
+            expansions += 1
+            new_ideal, new_cur, new_ready, views, new_rem = issue_now(t)
+            child_asleep = 0
+            if calm >> t & 1:
+                child_asleep = _child_sleep_set(tb, t, asleep, feasible, calm, new_cur, budget, checked, issue_now)
+            child = grown.get(new_ideal)
+            if child is None:
+                child = grown[new_ideal] = (new_cur, issued_comms + (pos is not None), new_rem, new_ready, [])
+            out = child[4]
+            inputs = [end_of[q] for q in tb.sync_preds[t] if q in end_of]
+            for s in tb.streams[t]:
+                free, end = _place(tb, times, inputs, t, s)
+                # the streams t changed: the others' free time plus their work passed at the parent
+                if free[s] + new_rem[s] >= upper or free[0] + new_rem[0] >= upper:
+                    continue
+                kept = {(q, qs): e for q, (e, qs) in end_of.items() if tb.readers_mask[q] & ~new_ideal}
+                if tb.readers_mask[t] & ~new_ideal and not (s == 0 and tb.stream0_reader[t]):
+                    kept[t, s] = end
+                new_keys = tuple(sorted(kept))
+                out.append((tuple(free), new_keys, tuple(kept[k] for k in new_keys),
+                            (node, (t,) + tuple(views), ((t, s),) if len(tb.streams[t]) > 1 else ()),
+                            child_asleep))
+    return expansions
+
+
+def _next_level(grown: dict[int, tuple], full: int, finished: list) -> tuple[dict[int, tuple], int]:
+    """The next level from ``grown``: each set's undominated prefixes; those of the full set go to
+    ``finished``. Returns the level and the number of prefixes it keeps."""
+    level = {}
+    count = 0
+    for ideal, (cur, issued_comms, rem, ready_tasks, prefixes) in grown.items():
+        kept = _undominated(prefixes)
+        if ideal == full:
+            finished += kept
+        elif kept:
+            level[ideal] = (cur, issued_comms, rem, ready_tasks, kept)
+            count += len(kept)
+    return level, count
+
+
+def _read_order(node: tuple | None) -> tuple[list[int], dict[int, int]]:
+    """The program order and the stream choices a prefix's node chain records, first task first."""
     order, streams = [], {}
-    node = best[3]
     while node is not None:
         parent, tasks, choices = node
         order[:0] = tasks
         streams.update(choices)
         node = parent
-    return PrefixSearch(tuple(order), streams, max(best[0]), True, expansions, most, seconds, stats)
+    return order, streams
 
 
 def _window_masks(tb: _Tables, order: tuple[int, ...], lo: int, hi: int) -> list[int]:

@@ -873,19 +873,13 @@ def _announced(res) -> bool:
     return "wall clock" in said or "other ranks may get another schedule" in said
 
 
-def _run_case(case: DistCase, me: _Rank) -> dict:
-    """One case on this rank (module docstring). Every rank reaches the same `_Rank.gather` calls in the
-    same order whatever happens on it, so one rank's trouble is heard by all. Never raises."""
-    lim = me.limits
-    out = dict(outcome="ok", reasons=[], desync=False, bucketed=False, decomposed=False, sequence_parallel=False,
-               tolerant=False, announced=False, announced_disagreement=False, max_diff=0.0, launches=0,
-               unproven=False)
-
-    # the program, traced as every rank traces it, pointed at this rank's groups
+def _trace_on_every_rank(case: DistCase, me: _Rank, out: dict) -> tuple[DistProgram, torch.fx.GraphModule] | None:
+    """The program, traced as every rank traces it, pointed at this rank's groups; None (``out`` says why)
+    where any rank cannot trace it."""
     prog = gm = None
     me.phase("tracing")
     try:
-        with _alarm(lim.run_seconds):
+        with _alarm(me.limits.run_seconds):
             prog = random_dist_program(case.seed, case.ranks, case.groups)
             gm = trace_dist_program(prog, case.trace)
             retarget(gm, me.names)
@@ -898,13 +892,17 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
     traced_all = me.gather(traced)
     if any(traced_all):
         out.update(outcome="untraceable", reasons=[next(t for t in traced_all if t)])
-        return out
+        return None
+    return prog, gm
 
-    # the original, on this rank's inputs, with the real collectives
-    args = prog.rank_inputs(me.rank)
+
+def _run_original_on_every_rank(gm: torch.fx.GraphModule, args: list[torch.Tensor], me: _Rank,
+                                out: dict) -> list[torch.Tensor] | None:
+    """The original on this rank's inputs, with the real collectives; None (``out`` says why) where it
+    does not run on some rank."""
     me.phase("the original module")
     try:
-        with _alarm(lim.run_seconds):
+        with _alarm(me.limits.run_seconds):
             ref = _run(gm, args)
         ran = None
     except BaseException as e:  # noqa: BLE001 - (the alarm too) other ranks may be left inside a collective
@@ -913,13 +911,18 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
     if any(ran_all):
         out.update(outcome="untraceable", desync=True,
                    reasons=[f"the original does not run: {next(r for r in ran_all if r)}"])
-        return out
+        return None
+    return ref
 
-    # optimize, under the alarm and the address-space limit
+
+def _optimize_under_limits(case: DistCase, me: _Rank, prog: DistProgram, gm: torch.fx.GraphModule,
+                           out: dict) -> tuple:
+    """`optimize` under the alarm and the address-space limit: ``(result or None, outcome, the refusal's
+    error type, why)``."""
     res, kind, why = None, None, None
     me.phase("optimize")
     try:
-        with _alarm(lim.optimize_seconds):
+        with _alarm(me.limits.optimize_seconds):
             res = optimize(gm, **case.options(prog, gm))
         outcome = "ok"
     except _Hang as e:
@@ -932,22 +935,26 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
             out["desync"] = True  # what the failed allocation left half made is not worth trusting
         else:
             outcome, why = "failed", f"stray {_why(e)} (at {_where(e)})"
-    seq = events = None
-    if res is not None:
-        if case.tamper and me.rank == case.ranks - 1 and not tamper(res.gm, case.tamper):
-            outcome, why = "failed", f"tamper {case.tamper!r} found nothing to spoil"
-        seq, events = launch_sequence(res.gm, me.labels), sync_events(res.gm, me.labels)
-        report = res.report
-        rewrites = (report.buckets or "") + (report.decomposition or "")
-        dec = res.decomposition
-        out.update(bucketed=res.buckets is not None, decomposed=dec is not None and bool(dec.plan.degrees),
-                   sequence_parallel=dec is not None and bool(dec.sequence_parallel),
-                   tolerant="not bitwise" in rewrites, announced=_announced(res), launches=len(seq))
-    views = me.gather((outcome, kind, seq, out["announced"], events))
+    return res, outcome, kind, why
 
-    # the ranks must agree: on the outcome, and on every group's launches; and their launches and waits
-    # together must not deadlock (ranks that share two groups, each group's order alike, may still
-    # interleave them differently)
+
+def _note_lowered(res, labels: dict[str, str], out: dict) -> tuple[list[tuple], list[tuple[str, str, int]]]:
+    """The lowered module's launches and sync events; ``out`` notes the rewrites taken and the launches."""
+    seq, events = launch_sequence(res.gm, labels), sync_events(res.gm, labels)
+    report = res.report
+    rewrites = (report.buckets or "") + (report.decomposition or "")
+    dec = res.decomposition
+    out.update(bucketed=res.buckets is not None, decomposed=dec is not None and bool(dec.plan.degrees),
+               sequence_parallel=dec is not None and bool(dec.sequence_parallel),
+               tolerant="not bitwise" in rewrites, announced=_announced(res), launches=len(seq))
+    return seq, events
+
+
+def _disagreements(views: list, partition: dict[str, list[list[int]]], out: dict) -> tuple[list[str], bool]:
+    """``(problems, agree)`` from every rank's ``(outcome, kind, launches, announced, events)``: the ranks
+    must agree on the outcome, and on every group's launches; and their launches and waits together must
+    not deadlock (ranks that share two groups, each group's order alike, may still interleave them
+    differently)."""
     problems = []
     announced = any(v[3] for v in views)
     outcomes = {(v[0], v[1]) for v in views}
@@ -956,7 +963,7 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
             f"rank {r} {v[0]}{f' ({v[1]})' if v[1] else ''}" for r, v in enumerate(views)))
     agree = all(v[0] == "ok" for v in views)
     if agree:
-        for label, groups in me.partition.items():
+        for label, groups in partition.items():
             for members in groups:
                 diff = _first_difference({r: [s for s in views[r][2] if s[0] == label] for r in members})
                 if diff is not None:
@@ -966,7 +973,7 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
                         problems.append(f"ranks disagree on collectives (group {label} of ranks "
                                         f"{members[0]}-{members[-1]}): {diff}")
     if agree:
-        blocked = deadlock({r: v[4] for r, v in enumerate(views)}, me.partition)
+        blocked = deadlock({r: v[4] for r, v in enumerate(views)}, partition)
         if blocked is not None:
             agree = False
             out["announced_disagreement"] = announced
@@ -974,29 +981,29 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
             problems.append(f"ranks would deadlock: {blocked}" + (
                 f" (the wall clock ended a search on rank{'s' if len(said) > 1 else ''} {', '.join(map(str, said))})"
                 if said else ""))
-    if outcome != "ok":
-        out.update(outcome=outcome, reasons=[why] + problems)
-        return out
-    if problems:
-        out.update(outcome="failed", reasons=problems)
-    if not agree:  # the lowered modules would launch different collectives, or hang: not run
-        return out
+    return problems, agree
 
-    # the lowered module, on the same inputs, with the real collectives
+
+def _run_lowered(lowered: torch.fx.GraphModule, args: list[torch.Tensor], me: _Rank,
+                 out: dict) -> list[torch.Tensor] | None:
+    """The lowered module on the same inputs, with the real collectives; None (``out`` says why) where it
+    fails."""
     me.phase("the lowered module")
     try:
-        with _alarm(lim.run_seconds):
-            got = _run(res.gm, args)
+        with _alarm(me.limits.run_seconds):
+            return _run(lowered, args)
     except BaseException as e:  # noqa: BLE001 - the finding; other ranks may be left inside a collective
         hang = isinstance(e, _Hang)
         what = "hang: the lowered module runs past" if hang else \
             "runaway memory in the lowered module:" if _is_memory(e) else "lowered module fails:"
         out.update(outcome="failed", desync=True, reasons=out["reasons"] + [
-            f"{what} {_why(e) if not hang else f'{lim.run_seconds:g} s'}"])
-        return out
-    if len(got) != len(ref):
-        out.update(outcome="failed", reasons=out["reasons"] + [f"wrong values: {len(got)} results, not {len(ref)}"])
-        return out
+            f"{what} {_why(e) if not hang else f'{me.limits.run_seconds:g} s'}"])
+        return None
+
+
+def _compare_values(ref: list[torch.Tensor], got: list[torch.Tensor], args: list[torch.Tensor], out: dict) -> None:
+    """``out`` fails where the lowered module's results (as many as the original's) differ from the
+    original's: bit for bit, or within the tolerance where ``out`` says a rewrite may sum in another order."""
     diffs = [_max_diff(x, y) for x, y in zip(ref, got)]
     out["max_diff"] = max(diffs, default=0.0)
     if out["tolerant"]:
@@ -1012,6 +1019,46 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
         where = f"output {worst}" if worst < n_out else f"input {worst - n_out} as mutated"
         out.update(outcome="failed", reasons=out["reasons"] + [
             f"wrong values ({expected} expected): {len(bad)} of {len(got)} results differ, the most in {where}"])
+
+
+def _run_case(case: DistCase, me: _Rank) -> dict:
+    """One case on this rank (module docstring). Every rank reaches the same `_Rank.gather` calls in the
+    same order whatever happens on it, so one rank's trouble is heard by all. Never raises."""
+    out = dict(outcome="ok", reasons=[], desync=False, bucketed=False, decomposed=False, sequence_parallel=False,
+               tolerant=False, announced=False, announced_disagreement=False, max_diff=0.0, launches=0,
+               unproven=False)
+    traced = _trace_on_every_rank(case, me, out)
+    if traced is None:
+        return out
+    prog, gm = traced
+    args = prog.rank_inputs(me.rank)
+    ref = _run_original_on_every_rank(gm, args, me, out)
+    if ref is None:
+        return out
+
+    res, outcome, kind, why = _optimize_under_limits(case, me, prog, gm, out)
+    seq = events = None
+    if res is not None:
+        if case.tamper and me.rank == case.ranks - 1 and not tamper(res.gm, case.tamper):
+            outcome, why = "failed", f"tamper {case.tamper!r} found nothing to spoil"
+        seq, events = _note_lowered(res, me.labels, out)
+    views = me.gather((outcome, kind, seq, out["announced"], events))
+    problems, agree = _disagreements(views, me.partition, out)
+    if outcome != "ok":
+        out.update(outcome=outcome, reasons=[why] + problems)
+        return out
+    if problems:
+        out.update(outcome="failed", reasons=problems)
+    if not agree:  # the lowered modules would launch different collectives, or hang: not run
+        return out
+
+    got = _run_lowered(res.gm, args, me, out)
+    if got is None:
+        return out
+    if len(got) != len(ref):
+        out.update(outcome="failed", reasons=out["reasons"] + [f"wrong values: {len(got)} results, not {len(ref)}"])
+        return out
+    _compare_values(ref, got, args, out)
     if case.budget == 1.0 and me.rank == 0:
         me.phase("the memory oracle")
         out["memory_checked"], above = _above_original_peak(gm, res.gm, prog.rank_inputs(0))
