@@ -26,8 +26,8 @@ from solvercast.pipeline.rewrite_registry import REWRITES
 from solvercast.pipeline.rewrite_search import search_rewrites
 from solvercast.rewrites.bucketing import BucketOptions
 from solvercast.rewrites.decompose import DecomposeOptions
-from solvercast.pipeline.solve import (OptimizeResult, check_arguments, extract_for_optimize, optimize_extracted,
-                                       unanalysed)
+from solvercast.pipeline.extracted import extract_for_optimize
+from solvercast.pipeline.solve import OptimizeResult, check_arguments, optimize_extracted, unanalysed
 from solvercast.fx.input_lifetimes import InputLifetimes, input_lifetimes
 from solvercast.pipeline.time_plan import can_analyse
 from solvercast.pipeline.tuning import DEFAULT_TUNING, Tuning

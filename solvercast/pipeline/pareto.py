@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from solvercast.ir.budget import budget_label, resolve_budget
 from solvercast.pipeline.report import format_frontier
-from solvercast.pipeline.solve import extract_for_optimize, optimize_extracted
+from solvercast.pipeline.extracted import extract_for_optimize
+from solvercast.pipeline.solve import optimize_extracted
 
 
 

@@ -10,6 +10,7 @@ from solvercast.errors import InfeasibleBudgetError
 from solvercast.heuristics import best_heuristic
 from solvercast.heuristics.work import WorkBudget, work_budget
 from solvercast.ir.problem import Problem
+from solvercast.pipeline.extracted import Extracted
 from solvercast.ir.schedule import Schedule
 from solvercast.ir.simulate import SimResult, simulate
 
@@ -52,13 +53,13 @@ class PlanJudge:
         return (f"not searched: the time limit's share ({limit / work_per_second:.2f} s) pays for no plan "
                 f"(each costs about {self.plan_cost(num_tasks) / work_per_second:.2f} s to write, extract and judge)")
 
-    def step(self, extracted) -> int | None:
-        """The heuristics' step on ``extracted`` (a `solvercast.pipeline.solve.Extracted`), or None when no
+    def step(self, extracted: Extracted) -> int | None:
+        """The heuristics' step on ``extracted`` (`Extracted`), or None when no
         schedule fits the budget."""
         judged = self.judge(extracted)
         return None if judged is None else judged[2].makespan
 
-    def judge(self, extracted) -> tuple[Problem, Schedule, SimResult] | None:
+    def judge(self, extracted: Extracted) -> tuple[Problem, Schedule, SimResult] | None:
         """The heuristics' schedule of ``extracted`` under the budget and its simulation (None when no
         schedule fits): the step, and where the step waits."""
         problem = extracted.problem.with_budget(self.budget)

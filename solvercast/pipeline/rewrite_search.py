@@ -22,6 +22,7 @@ from typing import Any
 
 import torch.fx as fx
 
+from solvercast.pipeline.extracted import Extracted
 from solvercast.pipeline.time_plan import TimePlanTuning
 
 __all__ = ["RewriteShare", "SearchLimits", "RewriteChoice", "Rewrite", "search_rewrites"]
@@ -56,7 +57,7 @@ class SearchLimits:
 @dataclass
 class RewriteChoice:
     """What a rewrite's search chose and saw: the ``plan`` taken (the kind's own record; empty where the
-    graph is left as it is), its graph ``gm`` and ``extracted`` (`solvercast.pipeline.solve.Extracted`),
+    graph is left as it is), its graph ``gm`` and ``extracted`` (`Extracted`),
     the heuristics' ``step`` on it and ``original_step`` on the graph the search started from, every plan
     ``tried`` ((plan line, step ns or None when no schedule fit the budget), in order), the ``seconds`` and
     counted ``work_spent``, ``skipped``: why no plan was tried where the graph had some, and ``kind``, the
@@ -66,7 +67,7 @@ class RewriteChoice:
 
     plan: Any
     gm: fx.GraphModule
-    extracted: Any
+    extracted: Extracted
     step: int | None
     original_step: int | None
     tried: list = field(default_factory=list)

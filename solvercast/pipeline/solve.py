@@ -13,12 +13,13 @@ import torch.fx as fx
 from solvercast.ir.bounds import lower_bounds
 from solvercast.ir.budget import resolve_budget
 from solvercast.errors import InfeasibleBudgetError, SolvercastError
-from solvercast.fx.extract import extract_problem, graph_name
+from solvercast.fx.extract import graph_name
 from solvercast.fx.lower import lower, strip_anchors
 from solvercast.gc_paused import gc_paused
 from solvercast.graph.nodes import schemaless_ops, waits_on_inputs
 from solvercast.heuristics import best_heuristic
 from solvercast.heuristics.work import WorkBudget, work_budget
+from solvercast.pipeline.extracted import Extracted
 from solvercast.pipeline.methods import BY_NAME, Kind, names
 from solvercast.ir.problem import Problem, collective_order_value
 from solvercast.pipeline.report import Report
@@ -102,30 +103,6 @@ def check_arguments(method: str, time_limit: float, preserve_collective_order: b
         raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
     if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) or not time_limit > 0:
         raise ValueError(f"time_limit must be > 0 seconds, got {time_limit!r}")
-
-
-@dataclass(frozen=True)
-class Extracted:
-    """What `optimize` learns from the graph before any budget: the problem (no budget yet), the
-    original order's schedule and simulation, and the seconds extraction took. `solvercast.pipeline.pareto` reuses
-    it for every budget."""
-    problem: Problem
-    original: Schedule
-    baseline: SimResult
-    seconds: float
-
-
-def extract_for_optimize(gm: fx.GraphModule, *, device="h100", compute_streams: int = 1, comm_ops=None,
-                         cost_fn=None, cost_model=None, preserve_collective_order: bool | str = True,
-                         freeable_inputs=()) -> Extracted:
-    """`optimize`'s first phase: extract the problem and simulate the original order. ``freeable_inputs``: the
-    inputs the runtime frees after their last use (`solvercast.fx.input_lifetimes`)."""
-    t0 = time.perf_counter()
-    problem = extract_problem(gm, device=device, compute_streams=compute_streams, comm_ops=comm_ops,
-                              cost_fn=cost_fn, preserve_collective_order=preserve_collective_order,
-                              cost_model=cost_model, freeable_inputs=freeable_inputs)
-    original = Schedule.original(problem)
-    return Extracted(problem, original, simulate(problem, original), time.perf_counter() - t0)
 
 
 @gc_paused()  # also for `solvercast.pipeline.pareto`, which calls it once per budget

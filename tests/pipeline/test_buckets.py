@@ -11,7 +11,7 @@ from solvercast.ir.problem import Role
 from solvercast.models import fake_group
 from solvercast.pipeline.buckets import choose_buckets, exposed_buckets, halve
 from solvercast.pipeline.plan_judge import PlanJudge
-from solvercast.pipeline.solve import extract_for_optimize
+from solvercast.pipeline.extracted import extract_for_optimize
 from solvercast.rewrites.bucketing import BUCKET_MEMBERS, BucketGraph, BucketOptions, BucketPlan, apply_buckets
 
 C10D = torch.ops._c10d_functional

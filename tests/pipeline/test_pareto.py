@@ -71,7 +71,7 @@ def test_cli_budgets(capsys):
 
 def test_the_graph_is_extracted_once(zoo_graph, monkeypatch):
     """Every budget shares one extraction (and so one problem), and each point equals `optimize`'s own."""
-    import solvercast.pipeline.solve as api
+    import solvercast.pipeline.extracted as api
 
     calls = []
     extract = api.extract_problem

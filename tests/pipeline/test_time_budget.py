@@ -199,7 +199,7 @@ def test_a_limit_that_cannot_pay_for_reading_the_graph_returns_it_untouched(monk
     assert can_analyse(needed, nodes) and not can_analyse(needed * 0.99, nodes)
     assert not can_analyse(needed, nodes + 100)  # more nodes need more time
 
-    import solvercast.pipeline.solve as api
+    import solvercast.pipeline.extracted as api
 
     def no_extraction(*args, **kwargs):
         raise AssertionError("an unanalysed call must not extract")

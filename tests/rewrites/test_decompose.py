@@ -302,7 +302,7 @@ def test_the_search_first_splits_the_repeated_signatures_together():
     """llama_tp's layers repeat four signatures (two gathers, two scatters): the first plans judged split all of
     them at degree 2, then at 4 while the step shortens, before any signature is tried alone."""
     from solvercast.pipeline.decompose import choose_decomposition
-    from solvercast.pipeline.solve import extract_for_optimize
+    from solvercast.pipeline.extracted import extract_for_optimize
 
     gm = _llama_8b_dims(8192)
     sites = matmul_sites(gm)
@@ -397,7 +397,7 @@ def test_the_search_builds_only_plans_that_apply_where_two_sites_split_one_matmu
     """Both sites of a layer share its matmul: an explicit plan splitting both is refused, the search's plans
     split one of them (the one of more bytes) and never raise."""
     from solvercast.pipeline.decompose import choose_decomposition
-    from solvercast.pipeline.solve import extract_for_optimize
+    from solvercast.pipeline.extracted import extract_for_optimize
 
     gm = _gather_matmul_scatter()
     sites = {s.collective: s for s in matmul_sites(gm)}
