@@ -6,6 +6,8 @@
 * no import of a solvercast module inside a function (a sign of a module on the wrong floor);
 * no private name (``_x``) imported from another module;
 * every error class lives in ``solvercast/errors.py``;
+* functions stay short: none in ``solvercast/`` over `LONGEST_FUNCTION` lines, at most `LONG_FUNCTIONS` of
+  `LONG_FUNCTION` lines or more; `optimize`'s docstring documents every parameter under ``Args:``;
 * code comments and docstrings speak of the code, not of how it was written (`HISTORY_WORDS`).
 
     .venv/bin/python -m pytest tests/test_layout.py -q
@@ -36,6 +38,8 @@ FLOORS = {
     "solvercast.testing": 8,  # random problems and programs for tests and experiments
     "solvercast": 9,  # the public names
 }
+#: function lengths (the ``def`` to its last line, docstring included): a longer function is phases to name
+LONGEST_FUNCTION, LONG_FUNCTION, LONG_FUNCTIONS = 120, 100, 3
 #: words that narrate how the code came to be rather than what it does
 HISTORY_WORDS = re.compile(r"\b(sessions?|sittings?|reviews?|reviewer|helper agent|workplace|"
                            r"first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|"
@@ -197,3 +201,26 @@ def test_comments_speak_of_the_code(folder):
             if HISTORY_WORDS.search(line.replace('scope="session"', "")):  # pytest's fixture scope
                 said.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not said, "\n".join(said)
+
+
+def test_functions_stay_short():
+    lengths = sorted(((node.end_lineno - node.lineno + 1, f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
+                      for path in sorted((ROOT / "solvercast").rglob("*.py"))
+                      for node in ast.walk(ast.parse(path.read_text()))
+                      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))), reverse=True)
+    too_long = [f"{where} ({n} lines)" for n, where in lengths if n > LONGEST_FUNCTION]
+    assert not too_long, "over the longest a function may be: " + ", ".join(too_long)
+    long = [f"{where} ({n} lines)" for n, where in lengths if n >= LONG_FUNCTION]
+    assert len(long) <= LONG_FUNCTIONS, f"more than {LONG_FUNCTIONS} functions of {LONG_FUNCTION} lines or more: " \
+                                        + ", ".join(long)
+
+
+def test_optimize_documents_every_parameter_under_args():
+    tree = ast.parse(MODULES["solvercast.pipeline.api"].read_text())
+    optimize = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "optimize")
+    doc = ast.get_docstring(optimize)
+    args = doc[doc.index("Args:"):doc.index("Returns:")]
+    documented = set(re.findall(r"^\s{4}(\w+):", args, re.M))
+    parameters = [a.arg for a in (*optimize.args.args, *optimize.args.kwonlyargs)]
+    assert [p for p in parameters if p not in documented] == []
+    assert documented <= set(parameters)  # no option documented that the function does not take
