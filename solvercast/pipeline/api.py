@@ -27,6 +27,7 @@ from solvercast.pipeline.rewrite_search import search_rewrites
 from solvercast.rewrites.bucketing import BucketOptions
 from solvercast.rewrites.decompose import DecomposeOptions
 from solvercast.pipeline.extracted import extract_for_optimize
+from solvercast.pipeline.rank_agreement import agree_across_ranks
 from solvercast.pipeline.solve import OptimizeResult, check_arguments, optimize_extracted, unanalysed
 from solvercast.fx.input_lifetimes import InputLifetimes, input_lifetimes
 from solvercast.pipeline.time_plan import can_analyse
@@ -83,9 +84,10 @@ def optimize(
             ``cost_fn``; else "global"). Fences (send, recv, barrier, with_effects) stay ordered with every
             collective in every mode (docs/execution_rules.md, "Collective order").
         deterministic: counted work and the solver's deterministic time instead of the wall clock, so every
-            rank computes the same schedule; where ranks that differed could hang (two or more groups free to
-            interleave, or a split chosen by comparing solves) the wall clock ends a search only at 3x the
-            limit. False: wall-clock limits (and "auto" order becomes "global").
+            rank computes the same schedule; where ranks that differed could hang (groups free to interleave, a
+            split chosen by comparing solves) the clock ends a search only at 3x the limit, and with a gloo or
+            NCCL default group every rank must call this, as ranks that still differ all keep the original
+            order (`solvercast.pipeline.rank_agreement`). False: wall-clock limits ("auto" order is "global").
         comm_ops: extra ops to treat as communication (`solvercast.fx.extract.extract_problem`).
         cost_fn: ``fn(node) -> seconds or None`` overriding the model's price of a node (None: the model's);
             the same code on every rank, so the schedule stays rank-independent.
@@ -149,16 +151,16 @@ def optimize(
     extract = functools.partial(extract_for_optimize, device=device, compute_streams=compute_streams,
                                 comm_ops=comm_ops, cost_fn=cost_fn, cost_model=cost_model,
                                 preserve_collective_order=preserve_collective_order, freeable_inputs=lifetimes.freed)
-
     extracted = extract(gm)
     requested = {r.name: r.options(asked.get(r.name, "auto"), cost_model) for r in REWRITES}
+    solve = functools.partial(optimize_extracted, gm, extracted, time_limit, memory_budget, started=started,
+                              deterministic=deterministic, cost_model=cost_model, progress=progress, tuning=tuning)
     if all(o is None for o in requested.values()) or method == "original":
-        res = optimize_extracted(gm, extracted, time_limit, memory_budget, method, deterministic, started=started,
-                                 cost_model=cost_model, progress=progress, tuning=tuning)
+        res = solve(method)
     else:
         res = _optimize_rewritten(gm, extracted, extract, requested, time_limit, memory_budget, method,
                                   deterministic, started, cost_model, progress, tuning)
-    return _with_inputs(res, lifetimes)
+    return _with_inputs(agree_across_ranks(res, lambda: solve("original")), lifetimes)
 
 
 def _refuse_rewrites_for_budget_list(asked: Mapping[str, Any]) -> None:
