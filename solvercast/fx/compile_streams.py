@@ -181,6 +181,11 @@ class _EventSync:
 
     def __init__(self, graph: fx.Graph, owner: fx.GraphModule, streams_ops, stream_index: Callable[[int], int],
                  new_event: Callable[[], int]):
+        # Inductor's pass, imported before the graph is touched: a torch without it fails with the graph whole
+        from torch._inductor.fx_passes import control_dependencies
+        from torch.utils._ordered_set import OrderedSet
+
+        self.deps, self.ordered_set = control_dependencies, OrderedSet
         self.graph = graph
         self.owner = owner
         self.streams_ops = streams_ops
@@ -191,10 +196,7 @@ class _EventSync:
 
     def record(self, after: fx.Node, stream: int) -> tuple[int, fx.Node]:
         """A fresh event recorded on ``stream`` right after ``after``: ``(event, its record node)``."""
-        from torch._inductor.fx_passes.control_dependencies import control_deps, preserve_node_ordering
-        from torch.utils._ordered_set import OrderedSet
-
-        graph = self.graph
+        graph, control_deps = self.graph, self.deps.control_deps
         event = self.new_event()
         with graph.inserting_after(after):
             rec = graph.call_function(self.streams_ops.record_event.default, (event, self.stream_index(stream)))
@@ -202,7 +204,8 @@ class _EventSync:
             rec.meta["custom"] = {"stream": self.stream_index(stream)}
         if after.op == "call_function":  # ordered after its producer: control_deps((producer,), record)
             name = rec.name
-            preserve_node_ordering(graph, {rec: OrderedSet([after])})  # replaces rec by a node of its name
+            # replaces rec by a node of its name
+            self.deps.preserve_node_ordering(graph, {rec: self.ordered_set([after])})
             rec = next(n for n in after.users if n.target is control_deps and n.name == name)
         self.records.append(rec)
         return event, rec
@@ -210,21 +213,15 @@ class _EventSync:
     def wait(self, event: int, rec: fx.Node, stream: int, consumer: fx.Node, values: list[fx.Node]) -> None:
         """wait_event(event, stream) right before ``consumer``, as control_deps((rec,), wait, *values):
         the consumer reads ``values`` through it, so nothing can run the consumer before its wait."""
-        from torch._inductor.fx_passes.control_dependencies import (
-            _create_subgraph_for_node,
-            control_deps,
-            get_subgraph_name,
-        )
-
-        graph = self.graph
+        graph, deps = self.graph, self.deps
         with graph.inserting_before(consumer):
             node = graph.call_function(self.streams_ops.wait_event.default, (event, self.stream_index(stream)))
-        sub = _create_subgraph_for_node(graph, node, values)
-        name = get_subgraph_name(self.owner, node.name)
+        sub = deps._create_subgraph_for_node(graph, node, values)
+        name = deps.get_subgraph_name(self.owner, node.name)
         setattr(self.owner, name, sub)
         with graph.inserting_before(node):
             attr = graph.get_attr(name)
-            ctrl = graph.call_function(control_deps, ((rec,), attr, *values), name=f"{node.name}_ctrl")
+            ctrl = graph.call_function(deps.control_deps, ((rec,), attr, *values), name=f"{node.name}_ctrl")
         ctrl.meta["val"] = (None, *(v.meta.get("val") for v in values))
         if stream:
             ctrl.meta["custom"] = {"stream": self.stream_index(stream)}
@@ -271,6 +268,7 @@ def annotate_graph_in_place(graph: fx.Graph, problem: Problem, schedule: Schedul
     owner = gm if gm is not None else graph.owning_module
     if owner is None:
         raise InvalidScheduleError("the graph needs an owning module for its control_deps subgraphs")
+    sync = _EventSync(graph, owner, streams_ops, stream_index, new_event)
     task_nodes = _task_nodes_by_index(graph, problem)
     output = next(n for n in graph.nodes if n.op == "output")
     head = _reorder_to_schedule(graph, task_nodes, schedule, output)
@@ -278,7 +276,6 @@ def annotate_graph_in_place(graph: fx.Graph, problem: Problem, schedule: Schedul
     exec_stream = _exec_streams(owner, graph, problem, schedule, task_nodes)
     _annotate_side_streams(task_nodes, exec_stream, stream_index)
 
-    sync = _EventSync(graph, owner, streams_ops, stream_index, new_event)
     incoming, bound = _bind_cross_stream_reads(graph, problem, task_nodes, exec_stream, pos, streams_ops,
                                                stream_index)
     # fork: each side stream's first task waits for the caller's stream (where the inputs were made)

@@ -389,6 +389,9 @@ class _Extraction:
             for k in storages_of[node]:
                 known_storages.add(canon(k))
             self.allocates[node] = [canon(k) for k in fresh]
+            completes = self._wait_edge(node)
+            if completes is not None:
+                self.wait_edges.append(completes)
             role = self._role(node, allocates=bool(fresh))
             duration, occupancy = self._cost(node, role, op_name)
             group = self.group_index.get(info[node].group_name, 0) if info[node].kind in _ON_A_GROUP else 0
@@ -398,17 +401,25 @@ class _Extraction:
                 op=op_name, movable=any(storages_of.get(i) for i in self.inputs_of[node]),
                 group=group if role == Role.COMM else 0))
 
+    def _waits_for_collective(self, node: fx.Node) -> bool:
+        """A wait that completes a collective of this graph (not one on an input, nor on a waited value)."""
+        return self.info[node].kind is NodeKind.WAIT and node not in self.earlier and node not in self.waited_again
+
+    def _wait_edge(self, node: fx.Node) -> tuple[int, int] | None:
+        """What a wait follows: its collective, or for a second wait on a coalesced collective the first."""
+        if not self._waits_for_collective(node):
+            return None
+        first = self.primary_wait[self.collective_behind(node.args[0])]
+        before = self.collective_behind(node.args[0]) if first is node else first
+        return self.task_id[before], self.task_id[node]
+
     def _role(self, node: fx.Node, *, allocates: bool) -> Role:
         info = self.info[node]
         if info.kind is NodeKind.WAIT:
-            if node in self.earlier or node in self.waited_again:  # hands back the input's storage, waits for nothing
-                return Role.FREE
-            coll = self.collective_behind(node.args[0])
-            if self.primary_wait[coll] is node:
-                self.wait_edges.append((self.task_id[coll], self.task_id[node]))
+            # a wait on an input or a waited value hands back its storage, and a second wait on a coalesced
+            # collective was completed by the first: only a collective's first wait waits
+            if self._waits_for_collective(node) and self.primary_wait[self.collective_behind(node.args[0])] is node:
                 return Role.WAIT
-            # a second wait on a coalesced collective: completed already by the first
-            self.wait_edges.append((self.task_id[self.primary_wait[coll]], self.task_id[node]))
             return Role.FREE
         if info.kind in _ON_A_GROUP or _matches(node, self.comm_ops):  # a fence: a synchronous comm op
             return Role.COMM

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import torch.distributed as dist
 
+from solvercast.cost.calibrate import ranks_in
 from solvercast.pipeline.solve import OptimizeResult, schedules_must_agree
 
 #: backends whose all_gather carries the ranks' data (the fake backend returns nothing)
@@ -30,11 +31,10 @@ def schedule_digest(res: OptimizeResult) -> str:
 
 def peers() -> int:
     """Ranks of the default process group this rank can exchange with (1: none)."""
-    if not dist.is_available() or not dist.is_initialized():
+    ranks = ranks_in()
+    if ranks > 1 and str(dist.get_backend()).lower() not in EXCHANGING_BACKENDS:
         return 1
-    if str(dist.get_backend()).lower() not in EXCHANGING_BACKENDS:
-        return 1
-    return dist.get_world_size()
+    return ranks
 
 
 def agree_across_ranks(res: OptimizeResult, fallback: Callable[[], OptimizeResult]) -> OptimizeResult:
