@@ -4,7 +4,10 @@
 and counts the bytes of the tensor storages alive after every node, from the storages themselves: a
 dispatch mode sees every op's outputs, each distinct storage is counted once (by its base address; views
 share it, in-place ops return it) from the op that made it until Python frees it (a ``weakref.finalize``
-on the storage object, which PyTorch keeps as long as any tensor uses the storage). Nothing here reads
+on the storage object, which PyTorch keeps as long as any tensor uses the storage). On ``meta`` tensors,
+which allocate nothing and have no address, a storage is told apart by its identity (the storage object
+PyTorch shares among its views), so the same count runs on graphs too large to run for real (the
+public backward graphs: 5-40 GiB each). Nothing here reads
 the memory model (`solvercast.ir.engine`, `Problem.buffers`): it is what the tests check the model
 against.
 
@@ -54,7 +57,7 @@ from torch.utils._pytree import tree_leaves
 
 from solvercast.errors import MeasureError
 
-__all__ = ["OracleResult", "allocator_peak", "generated_code_peak", "live_bytes_peak"]
+__all__ = ["OracleResult", "allocator_peak", "generated_code_peak", "live_bytes_peak", "meta_inputs"]
 
 _C10D = torch.ops._c10d_functional
 
@@ -74,9 +77,15 @@ class OracleResult:
     during: tuple[tuple[str, int], ...]
 
 
+def _storage_key(storage: torch.UntypedStorage) -> int:
+    """Where a storage's memory is: its base address, or on a device that allocates nothing (``meta``: every
+    address is 0) the storage itself, which its views and in-place results share."""
+    return storage.data_ptr() or storage._cdata
+
+
 class _LiveStorages:
     """Bytes of the storages alive now (``now``) and the most since `mark` (``high``), each storage counted
-    once by its base address. Several storage objects on one address (rare: a storage made from another's
+    once by `_storage_key`. Several storage objects on one address (rare: a storage made from another's
     memory) count once, until the last of them dies."""
 
     def __init__(self):
@@ -87,7 +96,7 @@ class _LiveStorages:
 
     def track(self, t: torch.Tensor) -> None:
         storage = t.untyped_storage()
-        impl, address, nbytes = storage._cdata, storage.data_ptr(), storage.nbytes()
+        impl, address, nbytes = storage._cdata, _storage_key(storage), storage.nbytes()
         known = self.objects.get(impl)
         if known is not None:
             if known == address and self.live[known][0] >= nbytes:
@@ -178,7 +187,7 @@ _STAND_INS = {
 
 class _Counting(TorchDispatchMode):
     """Counts every op's output storages in ``storages``; runs collectives as stand-ins that hold their
-    inputs and outputs until their wait (``pending``, by output storage address)."""
+    inputs and outputs until their wait (``pending``, by output `_storage_key`)."""
 
     def __init__(self, storages: _LiveStorages):
         super().__init__()
@@ -191,15 +200,15 @@ class _Counting(TorchDispatchMode):
             outputs, inputs = _STAND_INS[func](args)
             held = inputs + outputs
             for t in outputs:
-                self.pending[t.untyped_storage().data_ptr()] = held
+                self.pending[_storage_key(t.untyped_storage())] = held
             for t in held:
                 self.storages.track(t)
             return outputs if func is _C10D.all_reduce_coalesced.default else outputs[0]
         if func is _C10D.wait_tensor.default:
-            held = self.pending.pop(args[0].untyped_storage().data_ptr(), None)
+            held = self.pending.pop(_storage_key(args[0].untyped_storage()), None)
             if held is not None:  # the first wait on a coalesced result releases all of it
                 for t in held:
-                    self.pending.pop(t.untyped_storage().data_ptr(), None)
+                    self.pending.pop(_storage_key(t.untyped_storage()), None)
             return args[0]
         if getattr(func, "namespace", None) in ("_c10d_functional", "c10d"):
             raise MeasureError(f"memory oracle: no stand-in for the collective {func}: its lifetimes are unknown")
@@ -208,6 +217,19 @@ class _Counting(TorchDispatchMode):
             if isinstance(t, torch.Tensor):
                 self.storages.track(t)
         return out
+
+
+def meta_inputs(gm: fx.GraphModule) -> list:
+    """``meta`` tensors of ``gm``'s placeholders' shapes, strides and dtypes (from ``meta["val"]``), for a count
+    of a graph too large to run (module doc); a placeholder whose value is no tensor gets it as it is."""
+    out = []
+    for node in _placeholders(gm):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            val = torch.empty_strided(tuple(int(s) for s in val.shape), tuple(int(s) for s in val.stride()),
+                                      dtype=val.dtype, device="meta")
+        out.append(val)
+    return out
 
 
 def _placeholders(gm: fx.GraphModule) -> list[fx.Node]:
@@ -234,10 +256,10 @@ def _start(storages: _LiveStorages, values: Iterable) -> int:
 
 def _check_released(storages: _LiveStorages, freed: dict[str, weakref.ref], outputs: list) -> None:
     """A freed input still alive after the run, not returned, is referenced from outside the graph."""
-    kept = {t.untyped_storage().data_ptr() for t in outputs if isinstance(t, torch.Tensor)}
+    kept = {_storage_key(t.untyped_storage()) for t in outputs if isinstance(t, torch.Tensor)}
     for name, ref in freed.items():
         t = ref()
-        if t is not None and storages.alive(t) and t.untyped_storage().data_ptr() not in kept:
+        if t is not None and storages.alive(t) and _storage_key(t.untyped_storage()) not in kept:
             raise MeasureError(f"memory oracle: freed input {name!r} is still referenced after the run: the caller "
                                "must hand its inputs over (pass a list nothing else refers to)")
 
