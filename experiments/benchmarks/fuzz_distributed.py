@@ -116,6 +116,7 @@ def report_lines(results, args, wall: float, starts: int) -> list[str]:
                                                        why.startswith("wrong values") else "") for why in r.reasons):
             classes[name].append(r.case.seed)
     tolerant = [r for r in results if r.outcome == "ok" and r.tolerant]
+    retried = [r for r in results if r.retried]
     return [
         "# Distributed fuzz: random SPMD programs through optimize, on real collectives", "",
         f"Run at {commit_label()} on {datetime.date.today().isoformat()}: `{invocation(MODULE)}` "
@@ -143,6 +144,9 @@ def report_lines(results, args, wall: float, starts: int) -> list[str]:
         *([f"- {k}: {v}" for k, v in refusals.most_common()] or ["- none"]), "",
         "Untraceable (torch cannot trace or run the program; no finding):", "",
         *([f"- {k}: {v}" for k, v in untraceable.most_common()] or ["- none"]), "",
+        "Run again (a rank crashed before `optimize` was called, in tracing or in the original module: torch's "
+        "code; the second run's outcome is the case's):", "",
+        *([f"- seed {r.case.seed}: first {r.retried}; then {r.outcome}" for r in retried] or ["- none"]), "",
         f"Failures: {len(failures)}. `unproven replication`: the program adds to an all_reduce's result a value "
         "that differs between ranks of its group (on purpose, now and then), which sequence parallelism must not "
         "fold (it folds only what `solvercast.graph.replication` proves alike; the case tells optimize which "

@@ -80,9 +80,11 @@ import torch.fx as fx
 
 from experiments.benchmarks.collective_tables import TableEstimator, collective_info, read_table, remap_table
 from experiments.common import below_commands, chosen, command_line, commit_label, invocation
-from solvercast.fx.input_lifetimes import SOURCE_NAME_META
+from solvercast.errors import MeasureError
+from solvercast.fx.input_lifetimes import SOURCE_NAME_META, input_lifetimes
 from solvercast.graph.fxmeta import give_size_hint, hint_int
 from solvercast.models import register_fake_group
+from solvercast.runtime.memory_oracle import live_bytes_peak, meta_inputs
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "autoparallel_llama3_8b"
 VENDORED = ("fw_64_1d", "bw_64_2d")
@@ -337,22 +339,21 @@ def runtime_rule_problem(gm: fx.GraphModule, cost_fn) -> tuple:
     (`solvercast.fx.input_lifetimes`: torch.compile's backward frees saved activations and tangents, holds
     parameters), and the words for which rule and how many inputs it freed."""
     from solvercast.fx.extract import extract_problem
-    from solvercast.fx.input_lifetimes import input_lifetimes
 
     lifetimes = input_lifetimes(gm)
     problem = extract_problem(gm, cost_fn=cost_fn, freeable_inputs=lifetimes.freed)
     return problem, lifetimes.describe(problem)
 
 
-def oracle_peaks(gm: fx.GraphModule) -> tuple[int, int]:
+def oracle_peaks(gm: fx.GraphModule) -> tuple[int, int] | str:
     """``gm``'s peak in its own order with every input held and under its runtime's input rule, counted by the
     memory oracle on meta tensors (`solvercast.runtime.memory_oracle`: storages and their releases, not the
-    memory model)."""
-    from solvercast.fx.input_lifetimes import input_lifetimes
-    from solvercast.runtime.memory_oracle import live_bytes_peak, meta_inputs
-
-    return (live_bytes_peak(gm, meta_inputs(gm)).peak,
-            live_bytes_peak(gm, meta_inputs(gm), input_lifetimes(gm).freed).peak)
+    memory model); or why the oracle could not count it (the row's other columns stand without it)."""
+    try:
+        return (live_bytes_peak(gm, meta_inputs(gm)).peak,
+                live_bytes_peak(gm, meta_inputs(gm), input_lifetimes(gm).freed).peak)
+    except (MeasureError, RuntimeError) as err:
+        return f"not counted: {type(err).__name__}: {str(err).splitlines()[0][:120]}"
 
 
 def peak_rows(graphs_rows: list[dict]) -> list[str]:
@@ -381,6 +382,8 @@ def peak_rows(graphs_rows: list[dict]) -> list[str]:
         def by_oracle(k: str) -> str:
             if k not in oracle or "original" not in oracle:
                 return "-"
+            if isinstance(oracle[k], str) or isinstance(oracle["original"], str):
+                return oracle[k] if isinstance(oracle[k], str) else f"original {oracle['original']}"
             (held_k, freed_k), (held_o, freed_o) = oracle[k], oracle["original"]
             return f"{freed_k / freed_o:.3f} (held: {held_k / held_o:.3f})"
 

@@ -141,32 +141,73 @@ class _LiveStorages:
 
 
 # Each stand-in allocates its output in one allocation and nothing else, as the collective does (values:
-# rank 0's part of a world whose ranks all hold this rank's input); returns (outputs, inputs).
-def _all_reduce(args):
+# rank 0's part of a world whose ranks all hold this rank's input), or writes the ``out`` it is given;
+# returns (outputs, inputs).
+def _all_reduce(args, kwargs):
     return [torch.add(args[0], args[0])], [args[0]]
 
 
-def _all_reduce_inplace(args):
+def _all_reduce_inplace(args, kwargs):
     return [args[0].add_(args[0])], [args[0]]
 
 
-def _all_reduce_coalesced(args):
+def _all_reduce_coalesced(args, kwargs):
     return [torch.add(t, t) for t in args[0]], list(args[0])
 
 
-def _all_gather(args):
-    t, w = args[0], int(args[1])
-    return [torch.cat([t] * w)], [t]
+def _all_reduce_coalesced_inplace(args, kwargs):
+    return [t.add_(t) for t in args[0]], list(args[0])
 
 
-def _reduce_scatter(args):
-    t, w = args[0], int(args[2])
-    return [t.reshape(w, t.shape[0] // w, *t.shape[1:]).sum(0)], [t]
+def _gathered(t: torch.Tensor, w: int) -> torch.Tensor:
+    return torch.cat([t] * w)
 
 
-def _all_to_all(args):
+def _all_gather(args, kwargs):
+    return [_gathered(args[0], int(args[1]))], [args[0]]
+
+
+def _has_values(*tensors: torch.Tensor) -> bool:
+    """Whether values can be written: not on ``meta`` (a meta count's ``out`` may be a real tensor the graph
+    allocated on its own device)."""
+    return all(t.device.type != "meta" for t in tensors)
+
+
+def _all_gather_out(args, kwargs):
+    t, w, out = args[0], int(args[1]), kwargs["out"]
+    if _has_values(t, out):  # written in place, no temporary: the collective allocates nothing
+        out.view(w, *t.shape).copy_(t.unsqueeze(0).expand(w, *t.shape))
+    return [out], [t]
+
+
+def _all_gather_coalesced(args, kwargs):
+    return [_gathered(t, int(args[1])) for t in args[0]], list(args[0])
+
+
+def _scattered(t: torch.Tensor, w: int) -> torch.Tensor:
+    return t.reshape(w, t.shape[0] // w, *t.shape[1:]).sum(0)
+
+
+def _reduce_scatter(args, kwargs):
+    return [_scattered(args[0], int(args[2]))], [args[0]]
+
+
+def _reduce_scatter_out(args, kwargs):
+    t, w, out = args[0], int(args[2]), kwargs["out"]
+    if _has_values(t, out):
+        torch.sum(t.reshape(w, t.shape[0] // w, *t.shape[1:]), 0, out=out)
+    return [out], [t]
+
+
+def _reduce_scatter_coalesced(args, kwargs):
+    return [_scattered(t, int(args[2])) for t in args[0]], list(args[0])
+
+
+def _all_to_all(args, kwargs):
     t, outs, ins = args[0], [int(s) for s in args[1]], [int(s) for s in args[2]]
     out = t.new_empty((sum(outs), *t.shape[1:]))
+    if not _has_values(t):  # data-dependent split sizes need not fit a meta input's rows
+        return [out], [t]
     at = 0
     for chunk, rows in zip(t.split(ins), outs):  # rank 0's own chunk from every rank, as far as it fits
         k = min(rows, chunk.shape[0])
@@ -179,31 +220,42 @@ _STAND_INS = {
     _C10D.all_reduce.default: _all_reduce,
     _C10D.all_reduce_.default: _all_reduce_inplace,
     _C10D.all_reduce_coalesced.default: _all_reduce_coalesced,
+    _C10D.all_reduce_coalesced_.default: _all_reduce_coalesced_inplace,
     _C10D.all_gather_into_tensor.default: _all_gather,
+    _C10D.all_gather_into_tensor_out.default: _all_gather_out,
+    _C10D.all_gather_into_tensor_coalesced.default: _all_gather_coalesced,
     _C10D.reduce_scatter_tensor.default: _reduce_scatter,
+    _C10D.reduce_scatter_tensor_out.default: _reduce_scatter_out,
+    _C10D.reduce_scatter_tensor_coalesced.default: _reduce_scatter_coalesced,
     _C10D.all_to_all_single.default: _all_to_all,
 }
+_RETURNS_LIST = {_C10D.all_reduce_coalesced.default, _C10D.all_reduce_coalesced_.default,
+                 _C10D.all_gather_into_tensor_coalesced.default, _C10D.reduce_scatter_tensor_coalesced.default}
 
 
 class _Counting(TorchDispatchMode):
     """Counts every op's output storages in ``storages``; runs collectives as stand-ins that hold their
-    inputs and outputs until their wait (``pending``, by output `_storage_key`)."""
+    inputs and outputs until their wait (``pending``, by output `_storage_key`). ``on_meta``: a factory op's
+    ``device`` becomes ``meta``, so what the graph allocates on its own meets the meta inputs."""
 
-    def __init__(self, storages: _LiveStorages):
+    def __init__(self, storages: _LiveStorages, on_meta: bool = False):
         super().__init__()
         self.storages = storages
+        self.on_meta = on_meta
         self.pending: dict[int, list[torch.Tensor]] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.on_meta and "device" in kwargs:
+            kwargs = {**kwargs, "device": torch.device("meta")}
         if func in _STAND_INS:
-            outputs, inputs = _STAND_INS[func](args)
+            outputs, inputs = _STAND_INS[func](args, kwargs)
             held = inputs + outputs
             for t in outputs:
                 self.pending[_storage_key(t.untyped_storage())] = held
             for t in held:
                 self.storages.track(t)
-            return outputs if func is _C10D.all_reduce_coalesced.default else outputs[0]
+            return outputs if func in _RETURNS_LIST else outputs[0]
         if func is _C10D.wait_tensor.default:
             held = self.pending.pop(_storage_key(args[0].untyped_storage()), None)
             if held is not None:  # the first wait on a coalesced result releases all of it
@@ -287,7 +339,10 @@ def live_bytes_peak(gm: fx.GraphModule, args: list, freed_inputs: Iterable[str] 
         dies_after.setdefault(user, []).append(value)
 
     storages = _LiveStorages()
+    on_meta = _on_meta(args)
     constants = {n: _attribute(gm, n.target) for n in nodes if n.op == "get_attr"}  # the module holds them
+    if on_meta:
+        constants = {n: c.to("meta") if isinstance(c, torch.Tensor) else c for n, c in constants.items()}
     resident = _start(storages, list(args) + list(constants.values()))
     weak = _weak_inputs(placeholders, args, freed)
     # The caller's or the module's inputs, and freed inputs nothing reads: Inductor's ``call(args)`` binds every
@@ -299,7 +354,7 @@ def live_bytes_peak(gm: fx.GraphModule, args: list, freed_inputs: Iterable[str] 
     storages.mark()
     peak, peak_node = resident, None
     timeline, during, outputs = [], [], []
-    with torch.no_grad(), _Counting(storages):
+    with torch.no_grad(), _Counting(storages, on_meta):
         for node in nodes:
             if node.op == "placeholder":
                 continue
@@ -337,6 +392,10 @@ def live_bytes_peak(gm: fx.GraphModule, args: list, freed_inputs: Iterable[str] 
                         timeline=tuple(timeline), during=tuple(during))
 
 
+def _on_meta(args: Sequence) -> bool:
+    return any(isinstance(a, torch.Tensor) and a.is_meta for a in args)
+
+
 def _attribute(gm: fx.GraphModule, target: str):
     obj = gm
     for part in target.split("."):
@@ -355,6 +414,7 @@ def generated_code_peak(gm: fx.GraphModule, args: list, freed_inputs: Iterable[s
     storages = _LiveStorages()
     _start(storages, args)
     weak = _weak_inputs(placeholders, args, freed)
+    on_meta = _on_meta(args)
     module = gm
     if freed:
         module = fx.GraphModule(gm, _boxed_copy(gm.graph))
@@ -362,7 +422,7 @@ def generated_code_peak(gm: fx.GraphModule, args: list, freed_inputs: Iterable[s
         boxed = list(args)
         args.clear()
     storages.mark()
-    with torch.no_grad(), _Counting(storages):
+    with torch.no_grad(), _Counting(storages, on_meta):
         out = module(boxed) if freed else module(*args)
     outputs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
     if freed:

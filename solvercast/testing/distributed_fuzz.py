@@ -44,7 +44,9 @@ collectives, calls `optimize`, and:
 Outcomes: "ok", "refused" (a `SolvercastError` on every rank), "untraceable" (torch cannot trace or run the
 program: no finding), "failed" (the reasons say why: wrong values, stray exception, hang, runaway memory,
 ranks disagree on collectives, ranks would deadlock, ranks disagree on the outcome, lowered module fails,
-crash).
+crash). A rank that crashes before `optimize` is called (tracing, or running the original module: gloo
+has died of SIGSEGV there) has the case run once more on fresh ranks (``retried`` says how the first run
+ended); crashing there twice, the case is "untraceable". A crash anywhere later is a failure.
 """
 
 from __future__ import annotations
@@ -538,7 +540,8 @@ def trace_dist_program(prog: DistProgram, mode: str = "fake"):
 class DistCase:
     """One fuzz case: the program of ``seed`` on ``ranks`` ranks and ``groups`` process groups, traced
     ``trace`` ("fake" or "real"), and `optimize`'s options. ``tamper`` ("values" or "order") spoils the last
-    rank's lowered module, to show that the checks catch it (`tamper`)."""
+    rank's lowered module, to show that the checks catch it (`tamper`); "crash in PHASE" (a name of
+    `PHASES`) kills the last rank with SIGSEGV as it begins that phase, as torch's own code has crashed."""
 
     seed: int
     ranks: int = 4
@@ -625,6 +628,9 @@ class CaseResult:
     unproven: bool = False
     #: at budget 1.0, the lowered module's peak was checked against the original's by the real-tensor oracle
     memory_checked: bool = False
+    #: a rank crashed before `optimize` ran (tracing or running the original: torch's own code); the
+    #: case was run again on fresh ranks, and this says how the first run ended
+    retried: str = ""
     seconds: float = 0.0
 
     def line(self) -> str:
@@ -1039,7 +1045,7 @@ def _run_case(case: DistCase, me: _Rank) -> dict:
     res, outcome, kind, why = _optimize_under_limits(case, me, prog, gm, out)
     seq = events = None
     if res is not None:
-        if case.tamper and me.rank == case.ranks - 1 and not tamper(res.gm, case.tamper):
+        if case.tamper in ("values", "order") and me.rank == case.ranks - 1 and not tamper(res.gm, case.tamper):
             outcome, why = "failed", f"tamper {case.tamper!r} found nothing to spoil"
         seq, events = _note_lowered(res, me.labels, out)
     views = me.gather((outcome, kind, seq, out["announced"], events))
@@ -1094,7 +1100,7 @@ def _vm_bytes(pid: int | str = "self") -> int:
     return 0
 
 
-def _rank_main(rank: int, ranks: int, port: int, inbox, outbox, limits: Limits) -> None:
+def _rank_main(rank: int, ranks: int, port: int, inbox, outbox, phases, limits: Limits) -> None:
     """A rank of the pool: joins the groups, then runs the cases ``inbox`` hands it until None (or the
     parent is gone), each result to ``outbox``. Leaves after a case that left the ranks out of step."""
     parent = os.getppid()
@@ -1103,8 +1109,15 @@ def _rank_main(rank: int, ranks: int, port: int, inbox, outbox, limits: Limits) 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ranks,
                             timeout=timedelta(seconds=limits.collective_seconds))
     me = _join_groups(rank, ranks, limits)
-    seed = None
-    me.phase = lambda name: outbox.put(("phase", rank, seed, name))
+    case = None
+
+    def phase(name: str) -> None:
+        # in shared memory, not the outbox: a queue's feeder thread may not have sent it when a crash comes
+        phases[rank] = PHASES.index(name) + 1
+        if case.tamper == f"crash in {name}" and rank == ranks - 1:
+            os.kill(os.getpid(), signal.SIGSEGV)
+
+    me.phase = phase
     # the address space this rank may take beyond what torch and gloo hold now
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
     held = _vm_bytes()
@@ -1120,7 +1133,6 @@ def _rank_main(rank: int, ranks: int, port: int, inbox, outbox, limits: Limits) 
             continue
         if case is None:
             break
-        seed = case.seed
         started = time.perf_counter()
         try:
             result = _run_case(case, me)
@@ -1199,7 +1211,8 @@ class RankPool:
         port = _free_port()
         self.inboxes = [ctx.Queue() for _ in range(self.ranks)]
         self.outbox = ctx.Queue()
-        self.procs = [ctx.Process(target=_rank_main, args=(r, self.ranks, port, self.inboxes[r], self.outbox,
+        self.phases = ctx.Array("i", self.ranks, lock=False)  # each rank's phase: 0 its start, else PHASES[i - 1]
+        self.procs = [ctx.Process(target=_rank_main, args=(r, self.ranks, port, self.inboxes[r], self.outbox, self.phases,
                                                           self.limits), daemon=True) for r in range(self.ranks)]
         for p in self.procs:
             p.start()
@@ -1218,16 +1231,30 @@ class RankPool:
 
     def run(self, case: DistCase) -> CaseResult:
         """``case`` on every rank; a hang or a crash is a failed result, and the ranks are started afresh
-        for the next case."""
+        for the next case. A crash before `optimize` ran (every dead rank tracing or running the original
+        module: torch's own code, gloo's included, with solvercast not yet called) is no finding of ours
+        unless it is ours to cause: the case runs again once on fresh ranks, and where it crashes there
+        again, torch cannot run the program ("untraceable")."""
+        first = self._run_once(case)
+        if not first.retried:
+            return first
+        again = self._run_once(case)
+        if again.retried:
+            again.outcome = "untraceable"
+            again.reasons = [f"torch crashes running the original, twice: {first.retried}"]
+        again.retried = first.retried
+        return again
+
+    def _run_once(self, case: DistCase) -> CaseResult:
         if case.ranks != self.ranks:
             raise ValueError(f"a case for {case.ranks} ranks on a pool of {self.ranks}")
         if not self.procs:
             self.start()
         started = time.perf_counter()
+        self.phases[:] = [0] * self.ranks
         for q in self.inboxes:
             q.put(case)
         results: dict[int, dict] = {}
-        doing: dict[int, str] = {}  # each rank's phase, as it last said
         grown = [0] * self.ranks  # the most address space each rank took above its start, as sampled
         deadline = time.monotonic() + self.limits.case_seconds
         while len(results) < self.ranks:
@@ -1244,12 +1271,13 @@ class RankPool:
                 # past most of its headroom: a rank that dies there died of its memory limit (glibc aborts
                 # where a thread's storage cannot be had; torch raises where a tensor's cannot)
                 full = [r for r in range(self.ranks) if grown[r] > 0.8 * self.limits.memory_bytes]
+                doing = {r: (["its start", *PHASES])[self.phases[r]] for r in dead}
                 if full:
                     why = "runaway memory: " + ", ".join(
                         f"rank {r} took {grown[r] / 2**30:.2f} GiB of its {self.limits.memory_bytes / 2**30:.2f} GiB"
                         for r in full) + (" and died" if dead else "")
                 elif dead:
-                    why = "crash: " + ", ".join(f"rank {r} exited with {_exit_name(c)} in {doing.get(r, 'its start')}"
+                    why = "crash: " + ", ".join(f"rank {r} exited with {_exit_name(c)} in {doing[r]}"
                                                 for r, c in dead.items())
                 else:
                     missing = [r for r in range(self.ranks) if r not in results]
@@ -1258,9 +1286,9 @@ class RankPool:
                     CaseResult(case=case, outcome="failed")
                 # what the other ranks then said of their lost peer is no finding of its own
                 out.outcome, out.reasons = "failed", [why] + [r for r in out.reasons if not _PEER_LOST.search(r)]
+                if dead and not full and all(phase in _BEFORE_OPTIMIZE for phase in doing.values()):
+                    out.retried = why
                 return out
-            if kind == "phase" and seed == case.seed:
-                doing[rank] = payload
             if kind == "result" and seed == case.seed:
                 results[rank] = payload
         out = _combine(case, results, time.perf_counter() - started)
@@ -1284,6 +1312,9 @@ class RankPool:
         self.procs = []
 
 
+#: a rank's phases in a case (`_Rank.phase`), and those before it calls `optimize`
+PHASES = ("tracing", "the original module", "optimize", "the lowered module", "the memory oracle")
+_BEFORE_OPTIMIZE = PHASES[:2]
 _PEER_LOST = re.compile(r"closed by peer|reset by peer|Connection refused|Broken pipe|Timed out")
 
 

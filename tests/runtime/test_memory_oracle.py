@@ -10,6 +10,12 @@ Hand-built programs first, each peak derived by hand (K = 1 KiB, a float32 tenso
     unread:    x * 2, with z (never read) freed                      3K: z lives until the call returns
     stash:     s = x * 2 -> ag = all_gather(s) -> y = w + 1 -> wait(ag).view(2, 256) + y
                                                                      s lives until the wait: 6K after y
+    stash out: the same, gathered into b = empty(512) (out=)         the gather allocates nothing: 5K
+                                                                     after it, 6K after y, 7K at the sum
+    scatter out: b = empty(128); rs = reduce_scatter(x * 2, out=b); y = w + 1; wait(rs) + y[:128]
+                                                                     4.5K after y, 3.5K after the wait
+    coalesced: ga, gb = all_gather_coalesced([x * 2, w * 2])        8K at the gather; the first wait
+                                                                     releases both inputs: 6K
 
 Then every zoo graph (forward and backward where there are both), in its own order and in the order
 `optimize` gives it, under both input rules: the model's peak and step-by-step memory equal the
@@ -82,6 +88,23 @@ def stash(x, w):
     return C10D.wait_tensor(ag).view(2, N) + y
 
 
+def stash_out(x, w):
+    ag = C10D.all_gather_into_tensor_out(x * 2, 2, fake_group(2), out=torch.empty(2 * N))
+    y = w + 1
+    return C10D.wait_tensor(ag).view(2, N) + y
+
+
+def scatter_out(x, w):
+    rs = C10D.reduce_scatter_tensor_out(x * 2, "sum", 2, fake_group(2), out=torch.empty(N // 2))
+    y = w + 1
+    return C10D.wait_tensor(rs) + y[: N // 2]
+
+
+def coalesced(x, w):
+    ga, gb = C10D.all_gather_into_tensor_coalesced([x * 2, w * 2], 2, fake_group(2))
+    return C10D.wait_tensor(ga) + C10D.wait_tensor(gb)
+
+
 def test_chain():
     gm = _trace(chain, 1)
     r = live_bytes_peak(gm, _args(gm))
@@ -145,6 +168,20 @@ def test_a_collective_holds_its_input_and_output_until_its_wait():
     assert _model(gm)[1].peak == 7 * K
 
 
+@pytest.mark.parametrize("fn,after,peak", [
+    (stash_out, {"all_gather_into_tensor_out": 5 * K, "add": 6 * K, "wait_tensor": 5 * K}, 7 * K),
+    (scatter_out, {"reduce_scatter_tensor_out": 3.5 * K, "add": 4.5 * K, "wait_tensor": 3.5 * K}, 4.5 * K),
+    (coalesced, {"all_gather_into_tensor_coalesced": 8 * K, "wait_tensor": 6 * K, "wait_tensor_1": 6 * K}, 8 * K)],
+    ids=["all_gather_out", "reduce_scatter_out", "all_gather_coalesced"])
+def test_out_and_coalesced_collectives_hold_their_inputs_until_the_wait(fn, after, peak):
+    gm = _trace(fn, 2)
+    for args in (_args(gm), meta_inputs(gm)):
+        r = live_bytes_peak(gm, args)
+        assert {n: b for n, b in r.timeline if n in after} == after
+        assert r.peak == peak
+    assert _model(gm)[1].peak == peak
+
+
 def test_a_freed_input_referenced_from_outside_is_an_error():
     gm = _trace(two_inputs, 2)
     args = _args(gm)
@@ -161,7 +198,8 @@ def test_a_collective_without_a_stand_in_is_an_error():
 
 
 HAND = [(chain, 1, ()), (view, 1, ()), (in_place, 1, ()), (two_inputs, 2, ()), (two_inputs, 2, ("x_1",)),
-        (two_inputs, 2, ("x_1", "y_1")), (unread_input, 2, ("z_1",)), (stash, 2, ()), (stash, 2, ("x_1", "w_1"))]
+        (two_inputs, 2, ("x_1", "y_1")), (unread_input, 2, ("z_1",)), (stash, 2, ()), (stash, 2, ("x_1", "w_1")),
+        (stash_out, 2, ()), (scatter_out, 2, ("x_1",)), (coalesced, 2, ())]
 
 
 @pytest.mark.parametrize("fn,inputs,freed", HAND, ids=lambda v: getattr(v, "__name__", None))

@@ -1,7 +1,7 @@
 """The distributed fuzz (`solvercast.testing.distributed_fuzz`): a small standing profile on 4 gloo ranks
 with no failure, and the checks failing where they must (a spoiled lowered module, a rank that launches
 its collectives in another order, two ranks that interleave two groups differently, a call past its
-alarm). The large profile is experiments/benchmarks/fuzz_distributed.py."""
+alarm, a crash in the lowered module, and one before optimize run again). The large profile is experiments/benchmarks/fuzz_distributed.py."""
 
 from __future__ import annotations
 
@@ -90,6 +90,22 @@ def test_a_rank_launching_in_another_order_is_caught_before_anything_hangs(pool)
     assert any(why.startswith("ranks disagree on collectives (group sub of ranks 2-3)") for why in r.reasons), \
         r.reasons
     assert pool.run(case).outcome == "ok"
+
+
+def test_a_crash_before_optimize_is_run_again_and_then_no_finding(pool):
+    """A rank that dies running the original module (torch's code; solvercast not yet called) has the case
+    run again on fresh ranks; dying there again, torch cannot run the program."""
+    r = pool.run(dataclasses.replace(DistCase.draw(0), tamper="crash in the original module"))
+    assert r.retried == "crash: rank 3 exited with signal SIGSEGV in the original module"
+    assert r.outcome == "untraceable"
+    assert r.reasons == [f"torch crashes running the original, twice: {r.retried}"]
+
+
+def test_a_crash_in_the_lowered_module_is_a_failure_run_once(pool):
+    r = pool.run(dataclasses.replace(DistCase.draw(0), tamper="crash in the lowered module"))
+    assert (r.outcome, r.retried) == ("failed", "")
+    assert r.reasons[0] == "crash: rank 3 exited with signal SIGSEGV in the lowered module", r.reasons
+    assert pool.run(DistCase.draw(0)).outcome == "ok"
 
 
 def test_a_call_past_its_alarm_is_a_hang_not_a_stuck_run():
