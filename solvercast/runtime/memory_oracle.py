@@ -7,7 +7,10 @@ share it, in-place ops return it) from the op that made it until Python frees it
 on the storage object, which PyTorch keeps as long as any tensor uses the storage). On ``meta`` tensors,
 which allocate nothing and have no address, a storage is told apart by its identity (the storage object
 PyTorch shares among its views), so the same count runs on graphs too large to run for real (the
-public backward graphs: 5-40 GiB each). Nothing here reads
+public backward graphs: 5-40 GiB each); what such a graph allocates with a ``device`` of its own is made
+on meta too. A higher-order op (flex attention) runs as it would, its body uncounted (a fused kernel's
+temporaries), its outputs counted; on meta, where its body need not run, its outputs are fresh tensors
+of their traced shapes. Nothing here reads
 the memory model (`solvercast.ir.engine`, `Problem.buffers`): it is what the tests check the model
 against.
 
@@ -29,7 +32,8 @@ Collectives run as local stand-ins with ProcessGroupNCCL's lifetimes: each alloc
 allocation, when it is called (the functional collectives allocate their result at the launch), and the
 stand-in keeps references to its inputs and outputs until the first ``wait_tensor`` on one of its outputs
 (NCCL stashes them on the work object, ``stashed_for_allocator_safety_``, and releases them in the
-wait). A wait returns its argument, the collective's own tensor. `solvercast.graph.local_run`'s
+wait); an ``out=`` collective writes the tensor it is given and allocates nothing, and a coalesced one's
+first wait releases all of it. A wait returns its argument, the collective's own tensor. `solvercast.graph.local_run`'s
 `LocalCollectives` could not stand in: it holds nothing past the call and builds an all_gather's result
 from ``world_size`` temporaries (an extra output's worth at the all_gather); neither could the fake
 process group, whose ``FakeWork`` holds nothing. The stand-ins' values are rank 0's in a world where
@@ -44,16 +48,18 @@ releases what the real code releases and that no allocation escapes the count.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.fx as fx
+from torch._ops import HigherOrderOperator
 from torch.fx.graph import _BoxedCodeGen
 from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+from torch.utils._pytree import tree_leaves, tree_map
 
 from solvercast.errors import MeasureError
 
@@ -271,6 +277,30 @@ class _Counting(TorchDispatchMode):
         return out
 
 
+def _count_higher_order_ops(gm: fx.GraphModule) -> None:
+    """Let `_Counting` see ``gm``'s higher-order ops (flex attention's backward): torch hands a HOP to a
+    dispatch mode only through a handler registered for that mode's type. Each runs as it would, the mode
+    set aside for its body (a fused kernel's temporaries are its own), and its outputs are counted."""
+    for node in gm.graph.nodes:
+        op = node.target
+        if node.op == "call_function" and isinstance(op, HigherOrderOperator) and _Counting not in op.python_key_table:
+            op.py_impl(_Counting)(functools.partial(_run_higher_order_op, op))
+
+
+def _empty_like_traced(val):
+    return tree_map(lambda v: torch.empty_strided(tuple(int(s) for s in v.shape), tuple(int(s) for s in v.stride()),
+                                                  dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v,
+                    val)
+
+
+def _run_higher_order_op(op: HigherOrderOperator, mode: _Counting, *args, **kwargs):
+    out = op(*args, **kwargs)
+    for t in tree_leaves(out):
+        if isinstance(t, torch.Tensor):
+            mode.storages.track(t)
+    return out
+
+
 def meta_inputs(gm: fx.GraphModule) -> list:
     """``meta`` tensors of ``gm``'s placeholders' shapes, strides and dtypes (from ``meta["val"]``), for a count
     of a graph too large to run (module doc); a placeholder whose value is no tensor gets it as it is."""
@@ -351,6 +381,7 @@ def live_bytes_peak(gm: fx.GraphModule, args: list, freed_inputs: Iterable[str] 
     env: dict[fx.Node, object] = dict(zip(placeholders, args))
     if freed:
         args.clear()
+    _count_higher_order_ops(gm)
     storages.mark()
     peak, peak_node = resident, None
     timeline, during, outputs = [], [], []
@@ -368,7 +399,11 @@ def live_bytes_peak(gm: fx.GraphModule, args: list, freed_inputs: Iterable[str] 
             else:
                 call_args = fx.map_arg(node.args, lambda n: env[n])
                 call_kwargs = fx.map_arg(node.kwargs, lambda n: env[n])
-                if node.op == "call_function":
+                if on_meta and isinstance(node.target, HigherOrderOperator):
+                    # its body need not run on meta (flex attention's mask under vmap does not): its outputs
+                    # are fresh allocations of their traced shapes, as the model takes them
+                    result = _empty_like_traced(node.meta["val"])
+                elif node.op == "call_function":
                     result = node.target(*call_args, **call_kwargs)
                 elif node.op == "call_method":
                     result = getattr(call_args[0], node.target)(*call_args[1:], **call_kwargs)
@@ -421,6 +456,7 @@ def generated_code_peak(gm: fx.GraphModule, args: list, freed_inputs: Iterable[s
         held = [a for n, a in zip(placeholders, args) if n.name not in freed]
         boxed = list(args)
         args.clear()
+    _count_higher_order_ops(gm)
     storages.mark()
     with torch.no_grad(), _Counting(storages, on_meta):
         out = module(boxed) if freed else module(*args)

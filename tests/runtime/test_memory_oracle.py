@@ -182,6 +182,24 @@ def test_out_and_coalesced_collectives_hold_their_inputs_until_the_wait(fn, afte
     assert _model(gm)[1].peak == peak
 
 
+def test_a_higher_order_op_is_counted_on_real_tensors_and_on_meta():
+    """flex attention's HOP (torch hands it to a dispatch mode only through a handler): on real tensors it
+    runs, on meta its outputs are fresh tensors of their traced shapes; both counts and the model agree."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    def attend(q, k, v):
+        return flex_attention(q, k, v).relu()
+
+    shape = (1, 2, 16, 8)
+    gm = make_fx(attend, tracing_mode="fake")(*[torch.empty(shape) for _ in range(3)])
+    assert any(isinstance(n.target, torch._ops.HigherOrderOperator) for n in gm.graph.nodes)
+    real = live_bytes_peak(gm, [torch.randn(shape) for _ in range(3)])
+    meta = live_bytes_peak(gm, meta_inputs(gm))
+    assert real.timeline == meta.timeline
+    out = 2 * 16 * 8 * 4  # bytes of the attention's output, and of relu's
+    assert real.peak == meta.peak == _model(gm)[1].peak == real.resident_at_start + 2 * out  # both at relu
+
+
 def test_a_freed_input_referenced_from_outside_is_an_error():
     gm = _trace(two_inputs, 2)
     args = _args(gm)
