@@ -25,8 +25,12 @@ included, so that a collective here costs what it costs there:
   **without interpolation** (quirk: 1.9 MB costs the 1 MB value, 3.5 MB is interpolated between 2 and 4);
   otherwise linear between the surrounding columns; above the last column linear extrapolation from the
   last two, floored at 0;
-* no matching row: run.py falls back to PyTorch's estimate of the node; here `TableEstimator.seconds`
-  returns None and the caller decides (the benchmark lets solvercast's alpha-beta model price it).
+* no matching row: run.py falls back to PyTorch's estimate of the node (``gather_node_runtime_estimations``:
+  for a collective, ``estimate_collective_time``, whose NCCL estimator declines fake groups, so the
+  analytical model of ``comm_analysis``); `torch_estimate_ms` is that estimate, and `TableEstimator` given
+  it as ``fallback`` prices every collective the table misses with it, all_to_alls included (run.py's
+  table knows none). Without a fallback `TableEstimator.seconds` returns None and the caller decides (the
+  benchmark's "alpha-beta" pricing lets solvercast's model price it).
 """
 
 from __future__ import annotations
@@ -167,11 +171,26 @@ def collective_info(node: fx.Node) -> tuple[str, int | None, int, str] | None:
     return kind, group_size, nbytes, _group_name(node)
 
 
-class TableEstimator:
-    """Collective times from a table, looked up as run.py's ``NodeEstimator.estimate`` does."""
+def torch_estimate_ms(node: fx.Node, override_bytes: int | None = None) -> float | None:
+    """PyTorch's estimate of a collective node in milliseconds, as run.py's fallback gets it on groups
+    without an NCCL estimator (its process groups registered); None for any other node. ``override_bytes``:
+    PyTorch's bucketer sizing a bucket (input plus output bytes, its ``override_size``)."""
+    import torch._inductor.comm_analysis as comm_analysis
 
-    def __init__(self, table: Table):
+    if node.op != "call_function" or getattr(node.target, "namespace", None) != "_c10d_functional" \
+            or node.target is torch.ops._c10d_functional.wait_tensor.default:
+        return None
+    return comm_analysis.estimate_nccl_collective_runtime_from_fx_node(node, override_bytes, use_nccl_estimator=False)
+
+
+class TableEstimator:
+    """Collective times from a table, looked up as run.py's ``NodeEstimator.estimate`` does; ``fallback``
+    (``(node, override_bytes) -> ms or None``, e.g. `torch_estimate_ms`) prices the collectives no row
+    matches."""
+
+    def __init__(self, table: Table, fallback=None):
         self.table = table
+        self.fallback = fallback
         self.matched: set[str] = set()    # nodes the table priced
         self.unmatched: set[str] = set()  # collectives no row matched (the caller's fallback prices them)
 
@@ -189,11 +208,13 @@ class TableEstimator:
         return None
 
     def seconds(self, node: fx.Node) -> float | None:
-        """Seconds for a collective a table row matches; None for any other node (and records which)."""
+        """Seconds for a collective a table row matches, else the fallback's (None without one, and for
+        any other node); records which."""
         ms = self.ms(node)
-        if ms is None:
-            if collective_info(node) is not None:
-                self.unmatched.add(node.name)
-            return None
-        self.matched.add(node.name)
-        return ms / 1e3
+        if ms is not None:
+            self.matched.add(node.name)
+            return ms / 1e3
+        ms = self.fallback(node, None) if self.fallback is not None else None
+        if ms is not None or collective_info(node) is not None:
+            self.unmatched.add(node.name)
+        return None if ms is None else ms / 1e3

@@ -30,9 +30,11 @@ destroyed afterwards.
 
 Costs, shared by every method: collectives from the graph's table (``get_colls_estimations_file()``),
 interpolated as run.py does (`experiments.benchmarks.collective_tables`, its quirks listed there);
-collectives no table row matches (the 1-D graphs' groups of 64 and 256: the tables hold groups of 8) take
-solvercast's alpha-beta H100 model, and compute takes solvercast's H100 roofline
-(`solvercast.cost.model.AnalyticCostModel`), because PyTorch's own estimator needs triton. The table says
+collectives no table row matches (the 1-D graphs' groups of 64 and 256: the tables hold groups of 8; every
+all_to_all) take PyTorch's estimate, as run.py prices them (``--pricing runpy``, the default:
+`collective_tables.torch_estimate_ms`), or solvercast's alpha-beta H100 model (``--pricing alpha-beta``);
+compute takes solvercast's H100 roofline (`solvercast.cost.model.AnalyticCostModel`), because PyTorch's
+own compute estimator needs triton. The table says
 how many collectives each source priced. This is not run.py's estimator for compute, so step times are
 not comparable with run.py's output.
 
@@ -78,7 +80,8 @@ from pathlib import Path
 import torch
 import torch.fx as fx
 
-from experiments.benchmarks.collective_tables import TableEstimator, collective_info, read_table, remap_table
+from experiments.benchmarks.collective_tables import (TableEstimator, collective_info, read_table, remap_table,
+                                                     torch_estimate_ms)
 from experiments.common import below_commands, chosen, command_line, commit_label, invocation
 from solvercast.errors import MeasureError
 from solvercast.fx.input_lifetimes import SOURCE_NAME_META, input_lifetimes
@@ -90,6 +93,10 @@ DATA = Path(__file__).resolve().parent.parent / "data" / "autoparallel_llama3_8b
 VENDORED = ("fw_64_1d", "bw_64_2d")
 LLAMA = tuple(f"{d}_{n}_{m}" for d in ("fw", "bw") for n in (64, 256) for m in ("1d", "2d"))
 #: DeepSeek-V3 16B (MoE, expert parallel over 8 ranks, FSDP over the rest), forward and backward on 64 or 128 GPUs
+#: how the collectives a table has no row for are priced (`loaded_graph`)
+PRICINGS = ("runpy", "alpha-beta")
+_PRICED = {"runpy": "PyTorch's estimate (as autoparallel's run.py prices them)",
+           "alpha-beta": "solvercast's alpha-beta H100 model"}
 DSV3 = tuple(f"dsv3_{d}_{n}" for n in (64, 128) for d in ("fw", "bw"))
 ALL = LLAMA + DSV3
 
@@ -236,9 +243,13 @@ def fake_process_groups(pg_config: dict):
 
 
 @contextlib.contextmanager
-def loaded_graph(graph: str, directory: Path | None = None, device: str | None = None):
+def loaded_graph(graph: str, directory: Path | None = None, device: str | None = None, pricing: str = "runpy"):
     """Trace ``graph``'s repro with fake tensors, inside its fake process groups. Yields
-    ``(gm, table estimator, info)``; the groups are destroyed on exit, so use the module inside."""
+    ``(gm, table estimator, info)``; the groups are destroyed on exit, so use the module inside.
+    ``pricing`` (`PRICINGS`) of the collectives the table has no row for: "runpy", PyTorch's estimate as
+    autoparallel's run.py prices them (`torch_estimate_ms`); "alpha-beta", solvercast's H100 model."""
+    if pricing not in PRICINGS:
+        raise ValueError(f"pricing: one of {PRICINGS}, got {pricing!r}")
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -272,7 +283,7 @@ def loaded_graph(graph: str, directory: Path | None = None, device: str | None =
         gm.meta["solvercast"] = {"world_size": world}
         info = dict(path=path, table=table_file.name, pg_config=pg_config, world=world, missing=missing,
                     nodes=len(gm.graph.nodes), trace_s=time.perf_counter() - start, even_splits=even_split_hints(gm))
-        yield gm, TableEstimator(table), info
+        yield gm, TableEstimator(table, torch_estimate_ms if pricing == "runpy" else None), info
 
 
 def collective_counts(gm: fx.GraphModule) -> str:
@@ -289,13 +300,13 @@ def collective_counts(gm: fx.GraphModule) -> str:
     return "/".join(map(str, counts[:3])) + (f" + {counts[3]} A2A" if counts[3] else "")
 
 
-def run_graph(graph: str, directory: Path | None, time_limit: float) -> dict:
+def run_graph(graph: str, directory: Path | None, time_limit: float, pricing: str = "runpy") -> dict:
     from experiments.benchmarks.torch_overlap import torch_overlap_schedule
     from solvercast import optimize, simulate
     from solvercast.fx.extract import extract_problem
     from solvercast.ir.schedule import Schedule
 
-    with loaded_graph(graph, directory) as (gm, table, info):
+    with loaded_graph(graph, directory, pricing=pricing) as (gm, table, info):
         row = dict(graph=graph, nodes=info["nodes"], colls=collective_counts(gm), trace_s=info["trace_s"],
                    missing=info["missing"], table=info["table"])
         start = time.perf_counter()
@@ -330,7 +341,7 @@ def run_graph(graph: str, directory: Path | None, time_limit: float) -> dict:
             res = optimize(gm, time_limit=time_limit, memory_budget=budget, cost_fn=table.seconds, bucketing=False)
             return simulate(problem, res.schedule) if res.report.analysed else None
 
-        _again_at_torch_peak(row, original, at_peak)
+        _again_at_torch_peak(row, at_peak)
     return row
 
 
@@ -414,19 +425,20 @@ def _run_peer(row: dict, run, judge) -> None:
     judge(out)
 
 
-def _again_at_torch_peak(row: dict, original, solve) -> None:
-    """Where PyTorch's result holds more than the original peak that binds solvercast, solvercast again with
-    PyTorch's peak (as `simulate` measures it) as its budget: ``solve(budget)`` -> its simulation or None."""
-    th = row.get("torch")
-    if th is not None and th.peak_memory > original.peak_memory:
-        got = solve(int(th.peak_memory))
+def _again_at_torch_peak(row: dict, solve) -> None:
+    """Where PyTorch's result holds more than the original order under the graph's runtime input rule (the
+    rule `optimize`'s budget counts by: ``row["freed_peaks"]``), solvercast again with PyTorch's peak under
+    that rule as its budget: ``solve(budget)`` -> its simulation or None."""
+    peaks = row.get("freed_peaks", {})
+    if "torch" in peaks and peaks["torch"] > peaks["original"]:
+        got = solve(int(peaks["torch"]))
         if got is not None:
             row["solvercast_at_torch_peak"] = got
 
 
 def table_prices(table: TableEstimator, device: str = "h100"):
     """``price_ms(node, override_bytes)``: a node's milliseconds in the benchmark's costs (the table for the
-    collectives it matches, else solvercast's H100 model), the price PyTorch's scheduler is given.
+    collectives it matches, else the table's fallback or solvercast's H100 model), the price PyTorch's scheduler is given.
     ``override_bytes``: PyTorch sizing a bucket (its input plus output bytes), priced as that bucket."""
     from solvercast.cost.device import get_profile
     from solvercast.cost.model import AnalyticCostModel, CostFnOverrides
@@ -445,6 +457,8 @@ def table_prices(table: TableEstimator, device: str = "h100"):
         ratio = {"all_gather": group_size + 1, "reduce_scatter": (group_size + 1) / group_size}.get(kind, 2)
         input_bytes = int(override_bytes / ratio)
         ms = table.ms(node, input_bytes)
+        if ms is None and table.fallback is not None:
+            ms = table.fallback(node, override_bytes)
         if ms is not None:
             return ms
         return model.collective_time(kind, input_bytes * (group_size if kind == "all_gather" else 1),
@@ -452,7 +466,8 @@ def table_prices(table: TableEstimator, device: str = "h100"):
     return price_ms
 
 
-def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float, collective_order="auto") -> dict:
+def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float, collective_order="auto",
+                       pricing: str = "runpy") -> dict:
     """PyTorch's ``schedule_overlap_bucketing`` with bucketing on (run.py's settings) against solvercast
     choosing its own buckets, on the same costs; each output graph extracted and its order simulated."""
     from experiments.benchmarks.autoparallel_trace import autoparallel_step_ms
@@ -471,7 +486,7 @@ def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float, co
 
     # fake meta tensors: PyTorch's bucketing traces its merge functions, which fake cuda tensors fail on a
     # CPU build of torch
-    with loaded_graph(graph, directory, device="meta") as (gm, table, info):
+    with loaded_graph(graph, directory, device="meta", pricing=pricing) as (gm, table, info):
         prices = table_prices(table)
         row = dict(graph=graph, nodes=info["nodes"], colls=collective_counts(gm), trace_s=info["trace_s"])
         row["original"] = original = judged(gm)
@@ -501,12 +516,12 @@ def run_graph_bucketed(graph: str, directory: Path | None, time_limit: float, co
                            preserve_collective_order=collective_order)
             return res.optimized if res.report.analysed else None
 
-        _again_at_torch_peak(row, original, at_peak)
+        _again_at_torch_peak(row, at_peak)
     return row
 
 
 def run_graph_on_torch_buckets(graph: str, directory: Path | None, time_limit: float,
-                               collective_order="auto") -> dict:
+                               collective_order="auto", pricing: str = "runpy") -> dict:
     """PyTorch's bucketed graph (run.py's settings) as both start from: PyTorch's own order of it against
     solvercast reordering it (no buckets of its own), on the same collectives, at the original graph's
     peak and at the peak of PyTorch's order."""
@@ -518,7 +533,7 @@ def run_graph_on_torch_buckets(graph: str, directory: Path | None, time_limit: f
     reason = unavailable_reason()
     if reason:
         raise RuntimeError(reason)
-    with loaded_graph(graph, directory, device="meta") as (gm, table, info):
+    with loaded_graph(graph, directory, device="meta", pricing=pricing) as (gm, table, info):
         original = simulate(p := extract_problem(gm, cost_fn=table.seconds), Schedule.original(p))
         torch_gm = torch_overlap_bucketed(gm, table_prices(table), budget_ratio=1.0)
         torch_problem = extract_problem(torch_gm, cost_fn=table.seconds)
@@ -631,6 +646,9 @@ def add_graph_arguments(ap, time_limit: float) -> None:
     ap.add_argument("--dir", type=Path, default=None,
                     help="folder with autoparallel's repro_*.py and colls*.table (default: the vendored ones)")
     ap.add_argument("--time-limit", type=float, default=time_limit, help="solvercast's time limit per graph, seconds")
+    ap.add_argument("--pricing", default="runpy", choices=PRICINGS,
+                    help="the collectives the tables have no row for: runpy, PyTorch's estimate as autoparallel's "
+                         "run.py prices them; alpha-beta, solvercast's H100 model")
 
 
 def chosen_graphs(ap, args) -> list[str]:
@@ -664,7 +682,8 @@ def main(argv=None) -> int:
 
     command = invocation("experiments.benchmarks.public_graphs")
     print("# autoparallel's public graphs: solvercast and PyTorch's overlap scheduler\n")
-    print(f"Command: `{command}` (time limit {args.time_limit:g} s, budget 1.0 x the original peak).\n")
+    print(f"Command: `{command}` (time limit {args.time_limit:g} s, budget 1.0 x the original peak; the "
+          f"collectives the tables miss priced by {_PRICED[args.pricing]}).\n")
     print(run_line())
     if args.floors:
         return _main_floors(graphs, args)
@@ -676,7 +695,8 @@ def main(argv=None) -> int:
               "collectives), budget the original graph's peak and then PyTorch's peak, collective order "
               f"`{args.collective_order}`. Every graph extracted in the same costs and simulated by `simulate`.\n")
         return _table(SAME_BUCKET_COLUMNS, graphs,
-                      lambda g: run_graph_on_torch_buckets(g, args.dir, args.time_limit, args.collective_order),
+                      lambda g: run_graph_on_torch_buckets(g, args.dir, args.time_limit, args.collective_order,
+                                                           args.pricing),
                       same_bucket_row_line, _same_bucket_note)
     print("Costs: collectives from autoparallel's tables as run.py interpolates them; collectives no table row "
           "matches, and all compute, from solvercast's H100 analytic model (PyTorch's estimator needs triton). "
@@ -684,9 +704,10 @@ def main(argv=None) -> int:
           "bucketing off (reordering only), its memory limit 1.0 x the peak of its own memory estimator, which "
           "is not solvercast's: its peak here is solvercast's measure of its order, and may exceed the original "
           "peak that binds solvercast. `gap to its bound`: (solvercast's step - its best lower bound) / bound. Where PyTorch's order "
-          "holds more than the original peak, solvercast is run again with PyTorch's peak as its budget "
+          "holds more than the original under the runtime's input rule, solvercast is run again with PyTorch's "
+          "peak under that rule as its budget "
           "(`solvercast ms at PyTorch's peak`; the wall time column is the first call's).\n")
-    return _table(COLUMNS, graphs, lambda g: run_graph(g, args.dir, args.time_limit), row_line, _reorder_note)
+    return _table(COLUMNS, graphs, lambda g: run_graph(g, args.dir, args.time_limit, args.pricing), row_line, _reorder_note)
 
 
 def _table(columns: list[str], graphs: list[str], run, line, note) -> int:
@@ -743,7 +764,7 @@ def _bucket_note(g: str, r: dict) -> str:
 FLOOR_COLUMNS = ["graph", "AG/RS/AR", "compute ms (the floor)", "PyTorch ms (bucketing on)", "floor / PyTorch"]
 
 
-def compute_floor(graph: str, directory: Path | None) -> dict:
+def compute_floor(graph: str, directory: Path | None, pricing: str = "runpy") -> dict:
     """The sum of ``graph``'s compute tasks' durations in the benchmark's costs, beside PyTorch's bucketed step.
     On one compute stream no order is shorter, and buckets (their copies) and collective-matmul chunks (each
     reads its weight whole, plus the copy that joins them) only add compute; a sequence-parallel rewrite of an
@@ -755,7 +776,7 @@ def compute_floor(graph: str, directory: Path | None) -> dict:
     from solvercast.ir.bounds import lower_bounds
     from solvercast.ir.schedule import Schedule
 
-    with loaded_graph(graph, directory, device="meta") as (gm, table, info):
+    with loaded_graph(graph, directory, device="meta", pricing=pricing) as (gm, table, info):
         problem = extract_problem(gm, cost_fn=table.seconds)
         # (on one compute stream the compute bound is the sum of the compute tasks' durations)
         row = dict(graph=graph, colls=collective_counts(gm), floor=lower_bounds(problem, structural=False).compute)
@@ -785,14 +806,14 @@ def _main_floors(graphs: list[str], args) -> int:
           "collective-matmul chunks, is shorter; where the graph holds all_reduces, a sequence-parallel rewrite "
           "could shrink it. Beside it, PyTorch's step with bucketing on, as `--bucketing` measures it; their ratio "
           "is the least solvercast / PyTorch any such schedule reaches.\n")
-    return _table(FLOOR_COLUMNS, graphs, lambda g: compute_floor(g, args.dir), floor_row_line, _floor_note)
+    return _table(FLOOR_COLUMNS, graphs, lambda g: compute_floor(g, args.dir, args.pricing), floor_row_line, _floor_note)
 
 
 def _main_bucketing(graphs: list[str], args) -> int:
     print("Bucketing on for both. PyTorch: `schedule_overlap_bucketing` as autoparallel's run.py calls it "
           "(FSDP pre-bucketing and overlap-preserving bucketing, its default caps), its memory limit 1.0 x its own "
           "estimator's baseline, every node priced in the benchmark's costs (`table_prices`: the tables for the "
-          "collectives they match, bucket sizes included, else solvercast's H100 model; run.py does not turn on "
+          f"collectives they match, bucket sizes included, else {_PRICED[args.pricing]}; run.py does not turn on "
           "Inductor's micro-pipeline tensor parallelism, PyTorch's collective-matmul fusion). solvercast: `optimize` "
           "with its defaults (collective-matmul decomposition and buckets chosen with the schedule, "
           "`solvercast.pipeline.decompose` and `solvercast.pipeline.buckets`; the collective order "
@@ -800,9 +821,11 @@ def _main_bucketing(graphs: list[str], args) -> int:
           "orders each group's FIFO itself), budget 1.0 x the original graph's peak. Each output graph is extracted in the same costs and its order simulated by `simulate` "
           "(the same judge for both), and by autoparallel's `create_execution_trace` (vendored: "
           "`experiments.benchmarks.autoparallel_trace`; it adds 1 us per node, see results/autoparallel_trace.md). "
-          "Where PyTorch's graph holds more than the original peak, solvercast runs "
-          "again with PyTorch's peak as its budget.\n")
-    return _table(BUCKET_COLUMNS, graphs, lambda g: run_graph_bucketed(g, args.dir, args.time_limit, args.collective_order),
+          "Where PyTorch's graph holds more than the original order under the graph's runtime input rule (the "
+          "rule solvercast's budget counts by; the peaks table below), solvercast runs again with PyTorch's peak "
+          "under that rule as its budget.\n")
+    return _table(BUCKET_COLUMNS, graphs, lambda g: run_graph_bucketed(g, args.dir, args.time_limit, args.collective_order,
+                                                                                   args.pricing),
                   bucket_row_line, _bucket_note)
 
 
