@@ -52,6 +52,7 @@ ended); crashing there twice, the case is "untraceable". A crash anywhere later 
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import math
 import operator
 import os
@@ -1104,6 +1105,7 @@ def _rank_main(rank: int, ranks: int, port: int, inbox, outbox, phases, limits: 
     """A rank of the pool: joins the groups, then runs the cases ``inbox`` hands it until None (or the
     parent is gone), each result to ``outbox``. Leaves after a case that left the ranks out of step."""
     parent = os.getppid()
+    faulthandler.enable(all_threads=True)  # a crash leaves every thread's Python stack on stderr
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)  # four ranks share two cores
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=ranks,
