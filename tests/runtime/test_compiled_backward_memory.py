@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c+
 D = 256
 
 
-def _compiled_backward_share(monkeypatch) -> tuple[int, fx.GraphModule]:
+def _compiled_backward_share() -> tuple[int, fx.GraphModule]:
     """The allocator's peak in the backward above its count at the backward's start, and the graph."""
     import torch._inductor.config as inductor_config
     from torch._inductor.custom_graph_pass import CustomGraphPass
@@ -41,8 +41,11 @@ def _compiled_backward_share(monkeypatch) -> tuple[int, fx.GraphModule]:
         def uuid(self):
             return None
 
-    monkeypatch.setattr(inductor_config, "post_grad_custom_post_pass", Capture())
-    monkeypatch.setattr(inductor_config, "fx_graph_cache", False)
+    with inductor_config.patch(post_grad_custom_post_pass=Capture(), fx_graph_cache=False):
+        return _run_and_count(graphs)
+
+
+def _run_and_count(graphs: list[fx.GraphModule]) -> tuple[int, fx.GraphModule]:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(D, D), torch.nn.ReLU(), torch.nn.Linear(D, D), torch.nn.Tanh(),
                                 torch.nn.Linear(D, D))
@@ -75,8 +78,8 @@ def _model_share(gm: fx.GraphModule, freed) -> int:
     return peak - (problem.initial_resident_bytes - tangents)
 
 
-def test_inductor_backward_holds_what_the_runtime_rule_says(monkeypatch):
-    real, backward = _compiled_backward_share(monkeypatch)
+def test_inductor_backward_holds_what_the_runtime_rule_says():
+    real, backward = _compiled_backward_share()
     lifetimes = input_lifetimes(backward)
     assert lifetimes.freed and all(not name.startswith("primals") for name in lifetimes.freed)
     by_rule = _model_share(backward, lifetimes.freed)
