@@ -100,6 +100,12 @@ class _LiveStorages:
         self.now = 0
         self.high = 0
 
+    def track_leaves(self, out) -> None:
+        """`track` every tensor in ``out`` (an op's result: a tensor, or a tuple or list of them)."""
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self.track(t)
+
     def track(self, t: torch.Tensor) -> None:
         storage = t.untyped_storage()
         impl, address, nbytes = storage._cdata, _storage_key(storage), storage.nbytes()
@@ -271,9 +277,7 @@ class _Counting(TorchDispatchMode):
         if getattr(func, "namespace", None) in ("_c10d_functional", "c10d"):
             raise MeasureError(f"memory oracle: no stand-in for the collective {func}: its lifetimes are unknown")
         out = func(*args, **kwargs)
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self.storages.track(t)
+        self.storages.track_leaves(out)
         return out
 
 
@@ -287,7 +291,8 @@ def _count_higher_order_ops(gm: fx.GraphModule) -> None:
             op.py_impl(_Counting)(functools.partial(_run_higher_order_op, op))
 
 
-def _empty_like_traced(val):
+def _meta_like(val):
+    """A ``meta`` tensor of each traced tensor value's shape, strides and dtype in ``val``; the rest as it is."""
     return tree_map(lambda v: torch.empty_strided(tuple(int(s) for s in v.shape), tuple(int(s) for s in v.stride()),
                                                   dtype=v.dtype, device="meta") if isinstance(v, torch.Tensor) else v,
                     val)
@@ -295,23 +300,14 @@ def _empty_like_traced(val):
 
 def _run_higher_order_op(op: HigherOrderOperator, mode: _Counting, *args, **kwargs):
     out = op(*args, **kwargs)
-    for t in tree_leaves(out):
-        if isinstance(t, torch.Tensor):
-            mode.storages.track(t)
+    mode.storages.track_leaves(out)
     return out
 
 
 def meta_inputs(gm: fx.GraphModule) -> list:
     """``meta`` tensors of ``gm``'s placeholders' shapes, strides and dtypes (from ``meta["val"]``), for a count
     of a graph too large to run (module doc); a placeholder whose value is no tensor gets it as it is."""
-    out = []
-    for node in _placeholders(gm):
-        val = node.meta.get("val")
-        if isinstance(val, torch.Tensor):
-            val = torch.empty_strided(tuple(int(s) for s in val.shape), tuple(int(s) for s in val.stride()),
-                                      dtype=val.dtype, device="meta")
-        out.append(val)
-    return out
+    return [_meta_like(node.meta.get("val")) for node in _placeholders(gm)]
 
 
 def _placeholders(gm: fx.GraphModule) -> list[fx.Node]:
@@ -402,7 +398,7 @@ def live_bytes_peak(gm: fx.GraphModule, args: list, freed_inputs: Iterable[str] 
                 if on_meta and isinstance(node.target, HigherOrderOperator):
                     # its body need not run on meta (flex attention's mask under vmap does not): its outputs
                     # are fresh allocations of their traced shapes, as the model takes them
-                    result = _empty_like_traced(node.meta["val"])
+                    result = _meta_like(node.meta["val"])
                 elif node.op == "call_function":
                     result = node.target(*call_args, **call_kwargs)
                 elif node.op == "call_method":
