@@ -145,7 +145,9 @@ def report_lines(results, args, wall: float, starts: int) -> list[str]:
         "Untraceable (torch cannot trace or run the program; no finding):", "",
         *([f"- {k}: {v}" for k, v in untraceable.most_common()] or ["- none"]), "",
         "Run again (a rank crashed before `optimize` was called, in tracing or in the original module: torch's "
-        "code; the second run's outcome is the case's):", "",
+        "code; or was killed by a signal in the lowered module, where torch 2.13's functional all_gather on gloo "
+        "corrupts the heap now and then whatever the order, experiments/repros/gloo_functional_all_gather.py; "
+        "the second run's outcome is the case's, and a second crash in the lowered module fails it):", "",
         *([f"- seed {r.case.seed}: first {r.retried}; then {r.outcome}" for r in retried] or ["- none"]), "",
         f"Failures: {len(failures)}. `unproven replication`: the program adds to an all_reduce's result a value "
         "that differs between ranks of its group (on purpose, now and then), which sequence parallelism must not "

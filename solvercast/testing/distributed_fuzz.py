@@ -46,7 +46,12 @@ program: no finding), "failed" (the reasons say why: wrong values, stray excepti
 ranks disagree on collectives, ranks would deadlock, ranks disagree on the outcome, lowered module fails,
 crash). A rank that crashes before `optimize` is called (tracing, or running the original module: gloo
 has died of SIGSEGV there) has the case run once more on fresh ranks (``retried`` says how the first run
-ended); crashing there twice, the case is "untraceable". A crash anywhere later is a failure.
+ended); crashing there twice, the case is "untraceable". A rank killed by a signal running the lowered
+module has the case run once more too: torch 2.13's functional all_gather on gloo corrupts the heap now and
+then whatever the order (experiments/repros/gloo_functional_all_gather.py crashes it in a loop of four
+collectives, no solvercast; the original modules crash there as well), so one crash there says nothing of
+the lowered module, and the results list every such case; crashing there twice, the case fails. A crash
+anywhere else (optimize, the memory oracle) is a failure at once.
 """
 
 from __future__ import annotations
@@ -542,7 +547,8 @@ class DistCase:
     """One fuzz case: the program of ``seed`` on ``ranks`` ranks and ``groups`` process groups, traced
     ``trace`` ("fake" or "real"), and `optimize`'s options. ``tamper`` ("values" or "order") spoils the last
     rank's lowered module, to show that the checks catch it (`tamper`); "crash in PHASE" (a name of
-    `PHASES`) kills the last rank with SIGSEGV as it begins that phase, as torch's own code has crashed."""
+    `PHASES`) kills the last rank with SIGSEGV as it begins that phase, as torch's own code has crashed;
+    "crash once in PHASE" does so on the case's first run only."""
 
     seed: int
     ranks: int = 4
@@ -629,8 +635,9 @@ class CaseResult:
     unproven: bool = False
     #: at budget 1.0, the lowered module's peak was checked against the original's by the real-tensor oracle
     memory_checked: bool = False
-    #: a rank crashed before `optimize` ran (tracing or running the original: torch's own code); the
-    #: case was run again on fresh ranks, and this says how the first run ended
+    #: a rank crashed before `optimize` ran (tracing or running the original: torch's own code) or was
+    #: killed by a signal in the lowered module; the case was run again on fresh ranks, and this says how
+    #: the first run ended
     retried: str = ""
     seconds: float = 0.0
 
@@ -1116,7 +1123,7 @@ def _rank_main(rank: int, ranks: int, port: int, inbox, outbox, phases, limits: 
     def phase(name: str) -> None:
         # in shared memory, not the outbox: a queue's feeder thread may not have sent it when a crash comes
         phases[rank] = PHASES.index(name) + 1
-        if case.tamper == f"crash in {name}" and rank == ranks - 1:
+        if rank == ranks - 1 and case.tamper in (f"crash in {name}", f"crash once in {name}"):
             os.kill(os.getpid(), signal.SIGSEGV)
 
     me.phase = phase
@@ -1236,14 +1243,19 @@ class RankPool:
         for the next case. A crash before `optimize` ran (every dead rank tracing or running the original
         module: torch's own code, gloo's included, with solvercast not yet called) is no finding of ours
         unless it is ours to cause: the case runs again once on fresh ranks, and where it crashes there
-        again, torch cannot run the program ("untraceable")."""
+        again, torch cannot run the program ("untraceable"). A rank killed by a signal in the lowered
+        module (gloo's heap corruption, module docstring) has the case run again too; crashing there
+        again, the case fails."""
         first = self._run_once(case)
         if not first.retried:
             return first
-        again = self._run_once(case)
+        # (a crash tampered in "once" is not tampered in again)
+        again = self._run_once(dataclasses.replace(case, tamper="") if case.tamper.startswith("crash once") else case)
         if again.retried:
-            again.outcome = "untraceable"
-            again.reasons = [f"torch crashes running the original, twice: {first.retried}"]
+            before = _RETRY_BEFORE_OPTIMIZE.search(first.retried) and _RETRY_BEFORE_OPTIMIZE.search(again.retried)
+            again.outcome = "untraceable" if before else "failed"
+            again.reasons = [f"torch crashes running the original, twice: {first.retried}" if before else
+                             f"crashes twice: {first.retried}; then {again.retried}"]
         again.retried = first.retried
         return again
 
@@ -1288,7 +1300,8 @@ class RankPool:
                     CaseResult(case=case, outcome="failed")
                 # what the other ranks then said of their lost peer is no finding of its own
                 out.outcome, out.reasons = "failed", [why] + [r for r in out.reasons if not _PEER_LOST.search(r)]
-                if dead and not full and all(phase in _BEFORE_OPTIMIZE for phase in doing.values()):
+                if dead and not full and (all(phase in _BEFORE_OPTIMIZE for phase in doing.values()) or all(
+                        phase == "the lowered module" and (dead[r] or 0) < 0 for r, phase in doing.items())):
                     out.retried = why
                 return out
             if kind == "result" and seed == case.seed:
@@ -1317,6 +1330,8 @@ class RankPool:
 #: a rank's phases in a case (`_Rank.phase`), and those before it calls `optimize`
 PHASES = ("tracing", "the original module", "optimize", "the lowered module", "the memory oracle")
 _BEFORE_OPTIMIZE = PHASES[:2]
+_RETRY_BEFORE_OPTIMIZE = re.compile("|".join(f"in {p}(,|$)" for p in _BEFORE_OPTIMIZE))
+
 _PEER_LOST = re.compile(r"closed by peer|reset by peer|Connection refused|Broken pipe|Timed out")
 
 
