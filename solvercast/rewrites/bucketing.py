@@ -50,7 +50,7 @@ from solvercast.graph.nodes import NodeKind, classify
 from solvercast.rewrites.fake_nodes import FakeNodeBuilder, fake_mode_of
 
 __all__ = ["BUCKET_KINDS", "BITWISE_KINDS", "BUCKET_MEMBERS", "BucketOptions", "Site", "BucketPlan", "BucketGraph", "bucket_sites",
-           "apply_buckets"]
+           "apply_buckets", "written_order"]
 
 _C10D = torch.ops._c10d_functional
 _ATEN = torch.ops.aten
@@ -458,6 +458,40 @@ class _Writer:
                 part = self._add(operator.getitem, (parts, j), f"{tag}_part")
                 results.append(self._add(_ATEN.view.default, (part, list(m.meta["val"].shape)), f"{tag}_result"))
         return results
+
+
+class _OrderOnly(_Writer):
+    """The writer's walk without the writing: the order in which it places each node, a bucket's launch and
+    its wait named ``("launch", i)`` and ``("wait", i)`` (bucket ``i`` of the plan)."""
+
+    def __init__(self, graph: BucketGraph, plan: BucketPlan):
+        super().__init__(graph, plan)
+        self.order: list = []
+
+    def _place(self, node: fx.Node) -> None:
+        i = self.bucket_of.get(node.name)
+        if i is not None:
+            self.order.append(("launch", i))
+            for name in self.buckets[i]:
+                self.env[self.by_name[name]] = node
+            return
+        i = self.wait_bucket.get(node.name)
+        if i is not None:
+            self.order.append(("wait", i))
+            for name in self.buckets[i]:
+                self.env[self.by_name[self.sites[name].wait]] = node
+            return
+        self.order.append(node.name)
+        self.env[node] = node
+
+
+def written_order(graph: BucketGraph, plan: BucketPlan) -> list:
+    """The order `apply_buckets` writes ``graph``'s nodes in for ``plan``: node names, and ``("launch", i)``
+    and ``("wait", i)`` where bucket ``i``'s launch and wait go. Raises `RewriteError` on a cycle."""
+    walk = _OrderOnly(graph, plan)
+    for node in graph.gm.graph.nodes:
+        walk._emit(node)
+    return walk.order
 
 
 def apply_buckets(gm: fx.GraphModule, plan: BucketPlan, graph: BucketGraph | None = None) -> fx.GraphModule:
