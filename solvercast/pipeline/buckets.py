@@ -32,10 +32,13 @@ from solvercast.errors import SolvercastError
 from solvercast.ir.problem import Problem
 from solvercast.ir.schedule import Schedule
 from solvercast.ir.simulate import SimResult, idle_points
+from solvercast.ir.simulate import simulate
+from solvercast.pipeline.extracted import Extracted
 from solvercast.pipeline.plan_judge import PlanJudge
 from solvercast.pipeline.rewrite_search import Rewrite, RewriteChoice, RewriteShare, SearchLimits
 from solvercast.rewrites.bucketing import (BITWISE_KINDS, BUCKET_MEMBERS, BucketGraph, BucketOptions, BucketPlan,
                                           apply_buckets)
+from solvercast.rewrites.bucket_problem import BucketPricer, merged_problem
 
 #: each kind's caps, as multiples of its median collective's input bytes (1: no merge)
 CAP_MULTIPLES = (2, 4, 8, 16, 32, 64, 128, 256)
@@ -75,12 +78,17 @@ class BucketChoice(RewriteChoice):
 def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: int | None, options: BucketOptions,
                    work_limit: float | None, extract_work_per_task: float, say: Callable[[str], None],
                    deadline: float = float("inf"), plan_work: float | None = None,
-                   work_per_second: float = 1.0e6) -> BucketChoice:
+                   work_per_second: float = 1.0e6, merge_work_per_task: float | None = None) -> BucketChoice:
     """The plan whose graph the heuristics schedule fastest within ``budget`` bytes (None: no budget).
-    ``unbucketed``: ``gm``'s `Extracted`; ``extract(gm)``: the `Extracted` of a bucketed graph;
+    ``unbucketed``: ``gm``'s `Extracted`; ``extract(gm, freeable_inputs=...)``: the `Extracted` of a
+    bucketed graph (as `solvercast.pipeline.extracted.extract_for_optimize`, bound to the caller's costs);
     ``work_limit``: the heuristic work (`heuristics.work`, reference microseconds) all plans together may
     spend, each plan's extraction counted as ``extract_work_per_task`` per task: no plan is tried once it
     is spent (None: no limit); ``plan_work``: the heuristic work each plan gets (`PlanJudge`).
+    ``merge_work_per_task``: the work per task of a plan's problem built from the unbucketed one
+    (`solvercast.rewrites.bucket_problem`), which is how plans are judged when it is given: the plan kept is
+    then written and extracted once, and judged again there (its write paid for before the search starts).
+    None: every plan is written and extracted.
     ``deadline``: a `time.perf_counter` reading after which no plan is tried (wall clock: pass it only where
     ranks need not agree); ``work_per_second``: the work one second pays for (the report's seconds)."""
     started = time.perf_counter()
@@ -90,15 +98,19 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     if not kinds:  # nothing may merge: no plan, and no heuristic run to compare it with
         return BucketChoice(BucketPlan(), gm, unbucketed, None, None, seconds=time.perf_counter() - started,
                             graph=graph)
-    judge = PlanJudge(budget, work_limit, extract_work_per_task, plan_work)
+    judge = PlanJudge(budget, work_limit, extract_work_per_task, plan_work, build_work_per_task=merge_work_per_task)
     # a plan's graph: each merged collective adds at most an input view, a result's getitem, copy and view
     tasks = unbucketed.problem.num_tasks + 4 * len(graph.sites)
-    if not judge.affords(work_limit, tasks, plans=2):  # the unbucketed graph's step and one plan
+    write_once = 0.0 if merge_work_per_task is None else extract_work_per_task * tasks  # the kept plan's write
+    if work_limit is not None and not judge.affords(work_limit - write_once, tasks, plans=2):
+        # (the unbucketed graph's step and one plan)
         return BucketChoice(BucketPlan(), gm, unbucketed, None, None, seconds=time.perf_counter() - started,
                             skipped=judge.unaffordable(work_limit, tasks, work_per_second), graph=graph)
+    judge.spent += write_once
     base_step = judge.step(unbucketed)
     best = BucketChoice(BucketPlan(), gm, unbucketed, base_step, base_step, graph=graph)
-    search = _BucketSearch(gm, graph, extract, judge, best, tasks, work_limit, deadline, say)
+    pricer = None if merge_work_per_task is None else BucketPricer(graph, extract)
+    search = _BucketSearch(gm, unbucketed, graph, extract, pricer, judge, best, tasks, work_limit, deadline, say)
     # each kind's caps take a share of the work in proportion to the time its collectives take unbucketed (a
     # kind of little comm has little to save), the halving after them as much as an average kind; what an
     # earlier part leaves goes to the later ones
@@ -108,6 +120,7 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
         search.search_caps(kind)
     search.limit = work_limit
     search.halve_exposed()
+    search.write_best()
     best.seconds, best.work_spent = time.perf_counter() - started, judge.spent
     return best
 
@@ -136,13 +149,15 @@ class _BucketSearch:
     """`choose_buckets`' search: each plan it judges, kept in ``best`` (a `BucketChoice`) when its step is the
     shortest so far; ``limit`` the work the part under way may reach."""
 
-    def __init__(self, gm: fx.GraphModule, graph: BucketGraph, extract: Callable, judge: PlanJudge,
-                 best: BucketChoice, tasks: int, work_limit: float | None, deadline: float,
-                 say: Callable[[str], None]):
-        self.gm, self.graph, self.extract, self.judge, self.best = gm, graph, extract, judge, best
+    def __init__(self, gm: fx.GraphModule, unbucketed, graph: BucketGraph, extract: Callable,
+                 pricer: BucketPricer | None, judge: PlanJudge, best: BucketChoice, tasks: int,
+                 work_limit: float | None, deadline: float, say: Callable[[str], None]):
+        self.gm, self.unbucketed, self.graph, self.extract, self.pricer = gm, unbucketed, graph, extract, pricer
+        self.judge, self.best = judge, best
         self.tasks, self.work_limit, self.deadline, self.say = tasks, work_limit, deadline, say
         self.limit = work_limit
-        self.best_judged = None  # the best plan's (problem, schedule, simulation): where its step waits
+        # the best plan's (launch -> members, problem, schedule, simulation): where its step waits
+        self.best_judged = None
         self.caps: dict[str, int] = {}
 
     def spent(self) -> bool:
@@ -151,24 +166,68 @@ class _BucketSearch:
             or not self.judge.affords(self.work_limit, self.tasks)
 
     def trial(self, plan: BucketPlan, what: str = "") -> int | None:
-        """Judge ``plan``; keep it when its step is the shortest so far. Its step (None: over the budget)."""
+        """Judge ``plan`` (on its problem built from the unbucketed one where every bucket can be priced, else
+        on its graph written and extracted); keep it when its step is the shortest so far. Its step (None:
+        over the budget, or rejected)."""
         best, graph = self.best, self.graph
+        line = what + plan.describe(graph.by_name)
+        bucketed = None
         try:
-            bucketed = apply_buckets(self.gm, plan, graph)
-            extracted = self.extract(bucketed)
+            if self._priced(plan):
+                merged = merged_problem(self.unbucketed.problem, plan, graph, self.pricer)
+                members, problem = merged.launch_members, merged.problem
+                original = Schedule.original(problem)
+                extracted = Extracted(problem, original, simulate(problem, original), 0.0)
+            else:
+                bucketed = apply_buckets(self.gm, plan, graph)
+                extracted, members = self.extract(bucketed), launch_members(bucketed)
         except SolvercastError as e:  # a candidate the graph cannot take is rejected, never the caller's error
-            best.tried.append((what + plan.describe(graph.by_name), None))
-            self.say(f"buckets: {what}{plan.describe(graph.by_name)}: rejected ({e})")
+            best.tried.append((line, None))
+            self.say(f"buckets: {line}: rejected ({e})")
             return None
-        judged = self.judge.judge(extracted)
+        judged = self.judge.judge(extracted, built=bucketed is None)
         step = None if judged is None else judged[2].makespan
-        best.tried.append((what + plan.describe(graph.by_name), step))
-        self.say(f"buckets: {what}{plan.describe(graph.by_name)}: step "
-                 + ("over the budget" if step is None else f"{step / 1e3:,.1f} us"))
+        best.tried.append((line, step))
+        self.say(f"buckets: {line}: step " + ("over the budget" if step is None else f"{step / 1e3:,.1f} us"))
         if step is not None and (best.step is None or step < best.step):
             best.plan, best.gm, best.extracted, best.step = plan, bucketed, extracted, step
-            self.best_judged = judged
+            self.best_judged = (members, *judged)
         return step
+
+    def _priced(self, plan: BucketPlan) -> bool:
+        """Whether every bucket of ``plan`` has a price (`BucketPricer`): its problem can be built."""
+        if self.pricer is None:
+            return False
+        try:
+            for bucket in plan.buckets:
+                self.pricer.price(bucket)
+        except SolvercastError as e:
+            self.say(f"buckets: a bucket of {bucket[0]!r} cannot be priced alone ({e}); its plans are written")
+            return False
+        return True
+
+    def write_best(self) -> None:
+        """The kept plan judged on its problem only: write and extract its graph, and judge it there (the
+        problem equals the written graph's, tests/rewrites/test_bucket_problem.py; should it not, the
+        written graph's step decides, and a plan no shorter than none is dropped)."""
+        best = self.best
+        if not best.plan.buckets or best.gm is not None:
+            return
+        line = "written: " + best.plan.describe(self.graph.by_name)
+        try:
+            bucketed = apply_buckets(self.gm, best.plan, self.graph)
+            extracted = self.extract(bucketed)
+        except SolvercastError as e:
+            step, why = None, f"rejected ({e})"
+        else:
+            step = self.judge.step(extracted)
+            why = "over the budget" if step is None else f"{step / 1e3:,.1f} us"
+        best.tried.append((line, step))
+        self.say(f"buckets: {line}: step {why}")
+        if step is None or step >= best.original_step:
+            best.plan, best.gm, best.extracted, best.step = BucketPlan(), self.gm, self.unbucketed, best.original_step
+        else:
+            best.gm, best.extracted, best.step = bucketed, extracted, step
 
     def cap_ladder(self, kind: str) -> list[tuple[int, BucketPlan]]:
         """The distinct plans of ``kind``'s growing caps, the caps chosen for earlier kinds kept (greedy is
@@ -220,7 +279,7 @@ class _BucketSearch:
         halved: set[tuple[str, ...]] = set()  # buckets halved alone (and judged)
         together = True
         while self.best_judged is not None and not self.spent():
-            waits = [members for _, members in exposed_buckets(best.gm, *self.best_judged) if members not in halved]
+            waits = [members for _, members in exposed_buckets(*self.best_judged) if members not in halved]
             if not waits:
                 break
             chosen = waits if together and len(waits) > 1 else waits[:1]
@@ -240,12 +299,12 @@ def launch_members(bucketed: fx.GraphModule) -> dict[str, tuple[str, ...]]:
     return {n.name: n.meta[BUCKET_MEMBERS] for n in bucketed.graph.nodes if BUCKET_MEMBERS in n.meta}
 
 
-def exposed_buckets(bucketed: fx.GraphModule, problem: Problem, schedule: Schedule,
+def exposed_buckets(members: dict[str, tuple[str, ...]], problem: Problem, schedule: Schedule,
                     sim: SimResult) -> list[tuple[int, tuple[str, ...]]]:
-    """(idle ns of the compute stream just before the bucket's wait, its members) for each bucket of
-    ``bucketed`` whose wait the step waits on, longest first; ``problem`` is ``bucketed``'s and ``sim``
-    ``schedule``'s simulation."""
-    members = launch_members(bucketed)
+    """(idle ns of the compute stream just before the bucket's wait, its members) for each bucket whose wait
+    the step waits on, longest first; ``members``: each bucket's launch task's name -> its members
+    (`launch_members` of a bucketed graph), ``problem`` the bucketed graph's, ``sim`` ``schedule``'s
+    simulation."""
     idle_before = {schedule.order[pos]: idle for idle, pos in idle_points(problem, schedule, sim)}
     wait_of = problem.wait_of
     found = [(idle_before.get(wait_of[t], 0), members[task.name]) for t, task in enumerate(problem.tasks)
@@ -273,7 +332,8 @@ def _rewrite_search(gm: fx.GraphModule, extracted, extract: Callable, budget: in
                     limits: SearchLimits, say: Callable[[str], None]) -> BucketChoice:
     return choose_buckets(gm, extracted, extract, budget, options, work_limit=limits.work_limit,
                           extract_work_per_task=limits.extract_work_per_task, say=say, deadline=limits.deadline,
-                          plan_work=limits.plan_work, work_per_second=limits.work_per_second)
+                          plan_work=limits.plan_work, work_per_second=limits.work_per_second,
+                          merge_work_per_task=limits.build_work_per_task)
 
 
 def bucket_options(bucketing: bool | str | BucketOptions, cost_model=None) -> BucketOptions | None:
@@ -289,4 +349,5 @@ def bucket_options(bucketing: bool | str | BucketOptions, cost_model=None) -> Bu
 
 #: the bucket search as a rewrite kind (`solvercast.pipeline.rewrite_registry.REWRITES`)
 BUCKETS = Rewrite("buckets", bucket_options, _rewrite_search,
-                  lambda t: RewriteShare(t.bucket_share, t.bucket_plan_share, t.bucket_write_seconds_per_task))
+                  lambda t: RewriteShare(t.bucket_share, t.bucket_plan_share, t.bucket_write_seconds_per_task,
+                                         t.bucket_merge_seconds_per_task))

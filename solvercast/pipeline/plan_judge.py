@@ -22,11 +22,14 @@ class PlanJudge:
     """Scores extracted plans under ``budget`` bytes (None: no budget). ``plan_work``: the heuristic work
     (`heuristics.work`, reference microseconds) each plan gets; without it, `PLANS_PER_SHARE`'th of
     ``work_limit``, the work all plans together may spend (both None: no limit). ``extract_work_per_task``:
-    the work one task's extraction counts for. ``spent``: the work counted so far (the searches stop on it)."""
+    the work one task's extraction counts for; ``build_work_per_task``: what building one plan's problem
+    counts for per task where a search builds it without writing the graph (`solvercast.rewrites.bucket_problem`;
+    None: plans are written and extracted). ``spent``: the work counted so far (the searches stop on it)."""
 
     def __init__(self, budget: int | None, work_limit: float | None, extract_work_per_task: float,
-                 plan_work: float | None = None):
+                 plan_work: float | None = None, build_work_per_task: float | None = None):
         self.budget, self.extract_work_per_task = budget, extract_work_per_task
+        self.build_work_per_task = extract_work_per_task if build_work_per_task is None else build_work_per_task
         self.plan_work = plan_work if plan_work is not None or work_limit is None else work_limit / PLANS_PER_SHARE
         self.spent = 0.0
         self.largest = 0  # the most tasks of a plan judged so far
@@ -38,8 +41,9 @@ class PlanJudge:
         return None if limit is None else self.spent + (limit - self.spent) / parts
 
     def plan_cost(self, num_tasks: int) -> float:
-        """The work one plan of about ``num_tasks`` tasks counts for: its extraction and its heuristics' share."""
-        return self.extract_work_per_task * num_tasks + (self.plan_work or 0.0)
+        """The work one plan of about ``num_tasks`` tasks counts for: building its problem and its heuristics'
+        share."""
+        return self.build_work_per_task * num_tasks + (self.plan_work or 0.0)
 
     def affords(self, limit: float | None, num_tasks: int, plans: int = 1) -> bool:
         """Whether ``plans`` more plans of about ``num_tasks`` tasks fit in ``limit`` (None: no limit): a search
@@ -59,9 +63,10 @@ class PlanJudge:
         judged = self.judge(extracted)
         return None if judged is None else judged[2].makespan
 
-    def judge(self, extracted: Extracted) -> tuple[Problem, Schedule, SimResult] | None:
+    def judge(self, extracted: Extracted, built: bool = False) -> tuple[Problem, Schedule, SimResult] | None:
         """The heuristics' schedule of ``extracted`` under the budget and its simulation (None when no
-        schedule fits): the step, and where the step waits."""
+        schedule fits): the step, and where the step waits. ``built``: its problem was built without writing
+        the graph (counted at ``build_work_per_task``, else at ``extract_work_per_task``)."""
         problem = extracted.problem.with_budget(self.budget)
         work = WorkBudget(limit=self.plan_work)
         with work_budget(work):
@@ -70,6 +75,6 @@ class PlanJudge:
                                           original_simulation=extracted.baseline)
             except InfeasibleBudgetError:
                 schedule = None
-        self.spent += work.spent + self.extract_work_per_task * problem.num_tasks
+        self.spent += work.spent + (self.build_work_per_task if built else self.extract_work_per_task) * problem.num_tasks
         self.largest = max(self.largest, problem.num_tasks)
         return None if schedule is None else (problem, schedule, simulate(problem, schedule))

@@ -31,12 +31,14 @@ __all__ = ["RewriteShare", "SearchLimits", "RewriteChoice", "Rewrite", "search_r
 @dataclass(frozen=True)
 class RewriteShare:
     """A kind's part of the time limit: ``share`` of it for the whole search, ``plan_share`` of it for each
-    plan's heuristics, and ``write_seconds_per_task``, what writing one plan's graph costs (counted with
-    its extraction)."""
+    plan's heuristics, ``write_seconds_per_task``, what writing one plan's graph costs (counted with its
+    extraction), and ``build_seconds_per_task``, what building a plan's problem without writing its graph
+    costs, for a kind that judges its plans so (None: every plan is written)."""
 
     share: float
     plan_share: float
     write_seconds_per_task: float
+    build_seconds_per_task: float | None = None
 
 
 @dataclass(frozen=True)
@@ -45,13 +47,15 @@ class SearchLimits:
     ``work_limit`` all its plans together (None: no limit), ``plan_work`` each plan's heuristics,
     ``extract_work_per_task`` each plan's writing and extraction per task; ``work_per_second``: the work one
     second pays for (the report's seconds); ``deadline``: a `time.perf_counter` reading after which no plan
-    is started (wall clock: only where ranks need not agree)."""
+    is started (wall clock: only where ranks need not agree); ``build_work_per_task``: each plan's problem
+    built without writing its graph, per task (`RewriteShare.build_seconds_per_task`)."""
 
     work_limit: float | None
     plan_work: float | None
     extract_work_per_task: float
     work_per_second: float
     deadline: float = math.inf
+    build_work_per_task: float | None = None
 
 
 @dataclass
@@ -123,7 +127,8 @@ def search_rewrites(rewrites: Sequence[Rewrite], requested: Mapping[str, Any], g
         limits = SearchLimits(
             work_limit=work, plan_work=share.plan_share * time_limit * rate,
             extract_work_per_task=(tuning.extract_seconds_per_task + share.write_seconds_per_task) * rate,
-            work_per_second=rate, deadline=deadline_of(work / rate))
+            work_per_second=rate, deadline=deadline_of(work / rate),
+            build_work_per_task=None if share.build_seconds_per_task is None else share.build_seconds_per_task * rate)
         choice = rewrite.search(gm, extracted, extract, budget, options, limits, say)
         choice.kind = rewrite.name
         choices.append(choice)

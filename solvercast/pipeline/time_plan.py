@@ -57,6 +57,9 @@ class TimePlanTuning:
     #: module's code), counted with its extraction: measured 1.1-2.0 s for the 10,000-task synthetic graph's
     #: greedy plan (10,335 tasks), where extraction takes 0.7-0.9 s
     bucket_write_seconds_per_task: float = 1.2e-4
+    #: seconds per task of a bucket plan's problem built from the unbucketed one, without writing its graph
+    #: (`solvercast.rewrites.bucket_problem`: how the search judges plans; only the kept one is written)
+    bucket_merge_seconds_per_task: float = 2.0e-5
     #: share of the time limit that one bucket plan's heuristics may spend (a plan judged with more work
     #: scores better, so every plan of a search gets the same)
     bucket_plan_share: float = 0.03

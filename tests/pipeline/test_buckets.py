@@ -9,7 +9,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from solvercast.graph.fxmeta import node_val
 from solvercast.ir.problem import Role
 from solvercast.models import fake_group
-from solvercast.pipeline.buckets import choose_buckets, exposed_buckets, halve
+from solvercast.pipeline.buckets import choose_buckets, exposed_buckets, halve, launch_members
 from solvercast.pipeline.plan_judge import PlanJudge
 from solvercast.pipeline.extracted import extract_for_optimize
 from solvercast.rewrites.bucketing import BUCKET_MEMBERS, BucketGraph, BucketOptions, BucketPlan, apply_buckets
@@ -45,8 +45,8 @@ def _cost(node):
     return None
 
 
-def _extract(gm):
-    return extract_for_optimize(gm, cost_fn=_cost)
+def _extract(gm, freeable_inputs=()):
+    return extract_for_optimize(gm, cost_fn=_cost, freeable_inputs=freeable_inputs)
 
 
 def test_halve_cuts_a_bucket_where_half_its_bytes_are_launched():
@@ -73,7 +73,7 @@ def test_exposed_buckets_are_the_waits_the_compute_stream_idles_before():
     names = [s.collective for s in graph.sites]
     bucketed = apply_buckets(gm, BucketPlan(tuple(zip(names[::2], names[1::2]))), graph)
     problem, schedule, sim = PlanJudge(None, None, 0).judge(_extract(bucketed))
-    exposed = exposed_buckets(bucketed, problem, schedule, sim)
+    exposed = exposed_buckets(launch_members(bucketed), problem, schedule, sim)
     assert exposed, "the last bucket launches after the last gradient: the step waits on it"
     assert [x for x, _ in exposed] == sorted((x for x, _ in exposed), reverse=True)
     # each figure, counted again from the simulation: the wait's start less the compute stream's last end
@@ -100,7 +100,8 @@ def test_the_search_halves_the_buckets_the_step_waits_on_and_keeps_the_shortest_
     caps_plan = next(plan for plan in (graph.greedy({"reduce_scatter": DIM * DIM * 4 * k}) for k in (2, 4, 8))
                      if plan.describe(graph.by_name) == best_line)
     bucketed = apply_buckets(gm, caps_plan, graph)
-    waits = [members for _, members in exposed_buckets(bucketed, *PlanJudge(None, None, 0).judge(_extract(bucketed)))]
+    waits = [members for _, members in exposed_buckets(launch_members(bucketed),
+                                                       *PlanJudge(None, None, 0).judge(_extract(bucketed)))]
     expected = caps_plan
     for members in waits:
         expected = halve(expected, members, graph)
@@ -161,3 +162,18 @@ def test_the_rewrite_searches_never_start_a_plan_their_work_cannot_pay_for():
                 assert found.tried
             if search is choose_buckets:
                 assert found.work_spent <= limit
+
+
+def test_plans_judged_on_their_built_problems_choose_what_written_plans_choose():
+    """The search judging each plan on its problem built from the unbucketed one (`bucket_problem`) tries the
+    same plans, finds the same steps and keeps the same plan as the search that writes and extracts every
+    plan; only the kept plan is written (one write more in the list of plans tried)."""
+    gm = _backward_chain()
+    args = (gm, _extract(gm), _extract, None, BucketOptions())
+    written = choose_buckets(*args, work_limit=None, extract_work_per_task=0.0, say=lambda _: None)
+    built = choose_buckets(*args, work_limit=None, extract_work_per_task=0.0, say=lambda _: None,
+                           merge_work_per_task=0.0)
+    assert built.tried[:-1] == written.tried and built.tried[-1] == ("written: " + written.plan.describe(
+        built.graph.by_name), written.step)
+    assert (built.plan, built.step) == (written.plan, written.step) and written.plan.buckets
+    assert [t.duration for t in built.extracted.problem.tasks] == [t.duration for t in written.extracted.problem.tasks]
