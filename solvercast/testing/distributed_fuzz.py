@@ -1250,7 +1250,7 @@ class RankPool:
         if not first.retried:
             return first
         # (a crash tampered in "once" is not tampered in again)
-        again = self._run_once(dataclasses.replace(case, tamper="") if case.tamper.startswith("crash once") else case)
+        again = self._run_once(dataclasses.replace(case, tamper="") if (case.tamper or "").startswith("crash once") else case)
         if again.retried:
             before = _RETRY_BEFORE_OPTIMIZE.search(first.retried) and _RETRY_BEFORE_OPTIMIZE.search(again.retried)
             again.outcome = "untraceable" if before else "failed"
