@@ -107,7 +107,7 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
         return BucketChoice(BucketPlan(), gm, unbucketed, None, None, seconds=time.perf_counter() - started,
                             skipped=judge.unaffordable(work_limit, tasks, work_per_second), graph=graph)
     judge.spent += write_once
-    base_step = judge.step(unbucketed)
+    base_step = judge.step(unbucketed, built=True)  # (extracted already: only its heuristics are new work)
     best = BucketChoice(BucketPlan(), gm, unbucketed, base_step, base_step, graph=graph)
     pricer = None if merge_work_per_task is None else BucketPricer(graph, extract)
     search = _BucketSearch(gm, unbucketed, graph, extract, pricer, judge, best, tasks, work_limit, deadline, say)
@@ -121,6 +121,8 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     search.limit = work_limit
     search.halve_exposed()
     search.write_best()
+    if not best.tried:
+        best.skipped = judge.unaffordable(work_limit, tasks, work_per_second)
     best.seconds, best.work_spent = time.perf_counter() - started, judge.spent
     return best
 

@@ -55,12 +55,13 @@ class PlanJudge:
     def unaffordable(self, limit: float, num_tasks: int, work_per_second: float) -> str:
         """The report's line for a search the limit pays for no plan of."""
         return (f"not searched: the time limit's share ({limit / work_per_second:.2f} s) pays for no plan "
-                f"(each costs about {self.plan_cost(num_tasks) / work_per_second:.2f} s to write, extract and judge)")
+                f"(each costs about {self.plan_cost(num_tasks) / work_per_second:.2f} s to "
+                f"{'write, extract' if self.build_work_per_task == self.extract_work_per_task else 'build'} and judge)")
 
-    def step(self, extracted: Extracted) -> int | None:
-        """The heuristics' step on ``extracted`` (`Extracted`), or None when no
+    def step(self, extracted: Extracted, built: bool = False) -> int | None:
+        """The heuristics' step on ``extracted`` (`Extracted`; ``built`` as `judge` takes it), or None when no
         schedule fits the budget."""
-        judged = self.judge(extracted)
+        judged = self.judge(extracted, built)
         return None if judged is None else judged[2].makespan
 
     def judge(self, extracted: Extracted, built: bool = False) -> tuple[Problem, Schedule, SimResult] | None:
