@@ -217,10 +217,16 @@ def _optimize_rewritten(gm, extracted, extract, requested: dict, time_limit: flo
         # a full collection would walk the process's older heap too (it cost the test suite a minute)
         gc.collect(0)
 
-    def solve(graph, ex, limit: float, must_agree: bool = False) -> OptimizeResult:
+    def solve(graph, ex, limit: float, spent: float, must_agree: bool = False) -> OptimizeResult:
         return optimize_extracted(graph, ex, limit, math.inf if budget is None else budget, method, deterministic,
                                   started=started, cost_model=cost_model, progress=progress, tuning=tuning,
-                                  must_agree=must_agree)
+                                  must_agree=must_agree, spent_seconds=spent)
+
+    # what the searches took of the limit: their counted work where ranks must agree, else the clock; the
+    # solve plans with what is left (planned with the whole limit it overran it by the searches' share)
+    used = sum(c.work_spent for c in choices)
+    elapsed = used / tuning.time_plan.work_per_second if deterministic else \
+        time.perf_counter() - started - extracted.seconds  # (the plan counts the extraction in its fixed costs)
 
     last = choices[-1] if choices else None
     solved_both_ways = {r.name for r in REWRITES if r.solved_both_ways}
@@ -232,10 +238,9 @@ def _optimize_rewritten(gm, extracted, extract, requested: dict, time_limit: flo
         # not another); for the same reason neither solve may be cut by the clock on one rank only
         before = choices[-2] if len(choices) > 1 else None
         plain_gm, plain_ex = (before.gm, before.extracted) if before is not None else (gm, extracted)
-        used = sum(c.work_spent for c in choices)
-        elapsed = used / tuning.time_plan.work_per_second if deterministic else time.perf_counter() - started
-        res = solve(last.gm, last.extracted, elapsed + max(0.0, time_limit - elapsed) / 2, must_agree=True)
-        plain = solve(plain_gm, plain_ex, time_limit, must_agree=True)
+        half = elapsed + max(0.0, time_limit - elapsed) / 2
+        res = solve(last.gm, last.extracted, half, elapsed, must_agree=True)
+        plain = solve(plain_gm, plain_ex, time_limit, half, must_agree=True)
         if plain.optimized is not None and (res.optimized is None or plain.optimized.makespan <= res.optimized.makespan):
             notes = tuple((kind, f"declined once solved: {_step_us(plain)} without it against {_step_us(res)} "
                                  f"with it ({text})") if kind == last.kind else (kind, text) for kind, text in notes)
@@ -243,7 +248,7 @@ def _optimize_rewritten(gm, extracted, extract, requested: dict, time_limit: flo
             del kept[last.kind]
     else:
         res = solve(last.gm if last is not None else gm, last.extracted if last is not None else extracted,
-                    time_limit)
+                    time_limit, elapsed)
     # (a rewritten graph's solve ran to half the time left: the call's limit is the caller's, and its total the
     # whole call's, both solves included)
     phases["total"] = round(time.perf_counter() - started, 4)

@@ -78,7 +78,8 @@ class BucketChoice(RewriteChoice):
 def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: int | None, options: BucketOptions,
                    work_limit: float | None, extract_work_per_task: float, say: Callable[[str], None],
                    deadline: float = float("inf"), plan_work: float | None = None,
-                   work_per_second: float = 1.0e6, merge_work_per_task: float | None = None) -> BucketChoice:
+                   work_per_second: float = 1.0e6, merge_work_per_task: float | None = None,
+                   price_work: float = 0.0) -> BucketChoice:
     """The plan whose graph the heuristics schedule fastest within ``budget`` bytes (None: no budget).
     ``unbucketed``: ``gm``'s `Extracted`; ``extract(gm, freeable_inputs=...)``: the `Extracted` of a
     bucketed graph (as `solvercast.pipeline.extracted.extract_for_optimize`, bound to the caller's costs);
@@ -87,8 +88,8 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     is spent (None: no limit); ``plan_work``: the heuristic work each plan gets (`PlanJudge`).
     ``merge_work_per_task``: the work per task of a plan's problem built from the unbucketed one
     (`solvercast.rewrites.bucket_problem`), which is how plans are judged when it is given: the plan kept is
-    then written and extracted once, and judged again there (its write paid for before the search starts).
-    None: every plan is written and extracted.
+    then written and extracted once, and judged again there (its write paid for before the search starts),
+    and each bucket shape priced counts ``price_work``. None: every plan is written and extracted.
     ``deadline``: a `time.perf_counter` reading after which no plan is tried (wall clock: pass it only where
     ranks need not agree); ``work_per_second``: the work one second pays for (the report's seconds)."""
     started = time.perf_counter()
@@ -111,6 +112,7 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     best = BucketChoice(BucketPlan(), gm, unbucketed, base_step, base_step, graph=graph)
     pricer = None if merge_work_per_task is None else BucketPricer(graph, extract)
     search = _BucketSearch(gm, unbucketed, graph, extract, pricer, judge, best, tasks, work_limit, deadline, say)
+    search.price_work = price_work
     # each kind's caps take a share of the work in proportion to the time its collectives take unbucketed (a
     # kind of little comm has little to save), the halving after them as much as an average kind; what an
     # earlier part leaves goes to the later ones
@@ -161,6 +163,7 @@ class _BucketSearch:
         # the best plan's (launch -> members, problem, schedule, simulation): where its step waits
         self.best_judged = None
         self.caps: dict[str, int] = {}
+        self.price_work = 0.0  # the work each bucket shape priced counts for
 
     def spent(self) -> bool:
         # a part's share ends the part; no plan starts that the whole search cannot pay for
@@ -200,12 +203,15 @@ class _BucketSearch:
         """Whether every bucket of ``plan`` has a price (`BucketPricer`): its problem can be built."""
         if self.pricer is None:
             return False
+        known = len(self.pricer.prices)
         try:
             for bucket in plan.buckets:
                 self.pricer.price(bucket)
         except SolvercastError as e:
             self.say(f"buckets: a bucket of {bucket[0]!r} cannot be priced alone ({e}); its plans are written")
             return False
+        finally:
+            self.judge.spent += self.price_work * (len(self.pricer.prices) - known)
         return True
 
     def write_best(self) -> None:
@@ -335,7 +341,7 @@ def _rewrite_search(gm: fx.GraphModule, extracted, extract: Callable, budget: in
     return choose_buckets(gm, extracted, extract, budget, options, work_limit=limits.work_limit,
                           extract_work_per_task=limits.extract_work_per_task, say=say, deadline=limits.deadline,
                           plan_work=limits.plan_work, work_per_second=limits.work_per_second,
-                          merge_work_per_task=limits.build_work_per_task)
+                          merge_work_per_task=limits.build_work_per_task, price_work=limits.price_work)
 
 
 def bucket_options(bucketing: bool | str | BucketOptions, cost_model=None) -> BucketOptions | None:
@@ -352,4 +358,4 @@ def bucket_options(bucketing: bool | str | BucketOptions, cost_model=None) -> Bu
 #: the bucket search as a rewrite kind (`solvercast.pipeline.rewrite_registry.REWRITES`)
 BUCKETS = Rewrite("buckets", bucket_options, _rewrite_search,
                   lambda t: RewriteShare(t.bucket_share, t.bucket_plan_share, t.bucket_write_seconds_per_task,
-                                         t.bucket_merge_seconds_per_task))
+                                         t.bucket_merge_seconds_per_task, t.bucket_price_seconds))

@@ -33,12 +33,14 @@ class RewriteShare:
     """A kind's part of the time limit: ``share`` of it for the whole search, ``plan_share`` of it for each
     plan's heuristics, ``write_seconds_per_task``, what writing one plan's graph costs (counted with its
     extraction), and ``build_seconds_per_task``, what building a plan's problem without writing its graph
-    costs, for a kind that judges its plans so (None: every plan is written)."""
+    costs, for a kind that judges its plans so (None: every plan is written), with ``price_seconds`` for
+    each part of a plan it prices once (a bucket shape)."""
 
     share: float
     plan_share: float
     write_seconds_per_task: float
     build_seconds_per_task: float | None = None
+    price_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,8 @@ class SearchLimits:
     ``extract_work_per_task`` each plan's writing and extraction per task; ``work_per_second``: the work one
     second pays for (the report's seconds); ``deadline``: a `time.perf_counter` reading after which no plan
     is started (wall clock: only where ranks need not agree); ``build_work_per_task``: each plan's problem
-    built without writing its graph, per task (`RewriteShare.build_seconds_per_task`)."""
+    built without writing its graph, per task (`RewriteShare.build_seconds_per_task`), and ``price_work`` each
+    part of one it prices once (`RewriteShare.price_seconds`)."""
 
     work_limit: float | None
     plan_work: float | None
@@ -56,6 +59,7 @@ class SearchLimits:
     work_per_second: float
     deadline: float = math.inf
     build_work_per_task: float | None = None
+    price_work: float = 0.0
 
 
 @dataclass
@@ -128,7 +132,8 @@ def search_rewrites(rewrites: Sequence[Rewrite], requested: Mapping[str, Any], g
             work_limit=work, plan_work=share.plan_share * time_limit * rate,
             extract_work_per_task=(tuning.extract_seconds_per_task + share.write_seconds_per_task) * rate,
             work_per_second=rate, deadline=deadline_of(work / rate),
-            build_work_per_task=None if share.build_seconds_per_task is None else share.build_seconds_per_task * rate)
+            build_work_per_task=None if share.build_seconds_per_task is None else share.build_seconds_per_task * rate,
+            price_work=share.price_seconds * rate)
         choice = rewrite.search(gm, extracted, extract, budget, options, limits, say)
         choice.kind = rewrite.name
         choices.append(choice)

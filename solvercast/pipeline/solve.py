@@ -111,7 +111,7 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
                        *, started: float | None = None, cost_model=None,
                        progress: Callable[[str], None] | None = None,
                        warm_starts: Sequence[Schedule] = (), tuning: Tuning | None = None,
-                       must_agree: bool = False) -> OptimizeResult:
+                       must_agree: bool = False, spent_seconds: float = 0.0) -> OptimizeResult:
     """`optimize` from an `Extracted` graph (``gm`` is the graph it came from): the rest of the call, under
     one memory budget. ``started``: the `time.perf_counter` reading the ``time_limit`` counts from (the
     call's start, extraction included; default now). ``warm_starts``: schedules of this problem (another
@@ -120,7 +120,9 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
     ``tuning``: the time plan's and the solvers' records (`solvercast.pipeline.tuning.Tuning`; None: the shipped
     `DEFAULT_TUNING`). ``must_agree``: the caller needs the schedule the same on every rank whatever the graph
     (it chooses between solves by their steps); deterministic, the wall clock then ends a search only far past
-    the limit, as where `schedules_must_agree`."""
+    the limit, as where `schedules_must_agree`. ``spent_seconds``: the part of ``time_limit`` the caller's
+    earlier phases took (deterministic: their counted work, the same on every rank): the time plan shares
+    what is left."""
     tuning = DEFAULT_TUNING if tuning is None else tuning
     check_arguments(method, time_limit)
     requested = method
@@ -151,7 +153,7 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
     problem = problem.with_budget(budget)
     if method == "auto":
         method = "cpsat" if problem.num_tasks <= AUTO_CPSAT_MAX_TASKS else "cpsat-windows"
-    plan = plan_time(time_limit, problem.num_tasks, problem.machine.compute_streams,
+    plan = plan_time(max(0.0, time_limit - spent_seconds), problem.num_tasks, problem.machine.compute_streams,
                      solver_follows=BY_NAME[method].kind == Kind.SOLVER, tuning=tuning.time_plan,
                      build_seconds_per_task=tuning.cpsat.build_seconds_per_task)
     bounds = lower_bounds(problem, structural=plan.structural_bounds)  # the report's gap only

@@ -60,6 +60,9 @@ class TimePlanTuning:
     #: seconds per task of a bucket plan's problem built from the unbucketed one, without writing its graph
     #: (`solvercast.rewrites.bucket_problem`: how the search judges plans; only the kept one is written)
     bucket_merge_seconds_per_task: float = 2.0e-5
+    #: seconds of pricing one bucket shape (`solvercast.rewrites.bucket_problem.BucketPricer`: the bucket written
+    #: alone and extracted): measured 0.056 s a shape on bw_64_2d (30 shapes in 12 plans)
+    bucket_price_seconds: float = 0.06
     #: share of the time limit that one bucket plan's heuristics may spend (a plan judged with more work
     #: scores better, so every plan of a search gets the same)
     bucket_plan_share: float = 0.03
