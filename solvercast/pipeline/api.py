@@ -220,11 +220,15 @@ def _optimize_rewritten(gm, extracted, extract, requested: dict, time_limit: flo
     def solve(graph, ex, limit: float, spent: float, must_agree: bool = False) -> OptimizeResult:
         return optimize_extracted(graph, ex, limit, math.inf if budget is None else budget, method, deterministic,
                                   started=started, cost_model=cost_model, progress=progress, tuning=tuning,
-                                  must_agree=must_agree, spent_seconds=spent)
+                                  must_agree=must_agree, spent_seconds=spent, least_heuristic_seconds=least)
 
     # what the searches took of the limit: their counted work where ranks must agree, else the clock; the
     # solve plans with what is left (planned with the whole limit it overran it by the searches' share)
     used = sum(c.work_spent for c in choices)
+    # the chosen graph's heuristics get at least the work each plan got in its search: the step the search
+    # judged it by is reached again (the searches' counted work is above their wall time on a quiet machine)
+    least = max((r.shares(tuning.time_plan).plan_share for r in REWRITES if r.name in {c.kind for c in choices}),
+                default=0.0) * time_limit
     elapsed = used / tuning.time_plan.work_per_second if deterministic else \
         time.perf_counter() - started - extracted.seconds  # (the plan counts the extraction in its fixed costs)
 

@@ -3,6 +3,7 @@ and the report (`optimize_extracted`); `optimize` and `pareto` are built on it."
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -111,7 +112,8 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
                        *, started: float | None = None, cost_model=None,
                        progress: Callable[[str], None] | None = None,
                        warm_starts: Sequence[Schedule] = (), tuning: Tuning | None = None,
-                       must_agree: bool = False, spent_seconds: float = 0.0) -> OptimizeResult:
+                       must_agree: bool = False, spent_seconds: float = 0.0,
+                       least_heuristic_seconds: float = 0.0) -> OptimizeResult:
     """`optimize` from an `Extracted` graph (``gm`` is the graph it came from): the rest of the call, under
     one memory budget. ``started``: the `time.perf_counter` reading the ``time_limit`` counts from (the
     call's start, extraction included; default now). ``warm_starts``: schedules of this problem (another
@@ -122,7 +124,8 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
     (it chooses between solves by their steps); deterministic, the wall clock then ends a search only far past
     the limit, as where `schedules_must_agree`. ``spent_seconds``: the part of ``time_limit`` the caller's
     earlier phases took (deterministic: their counted work, the same on every rank): the time plan shares
-    what is left."""
+    what is left; ``least_heuristic_seconds``: the heuristics' share is at least this (a rewrite search judged
+    the graph with that much: its step is then reached again)."""
     tuning = DEFAULT_TUNING if tuning is None else tuning
     check_arguments(method, time_limit)
     requested = method
@@ -156,6 +159,8 @@ def optimize_extracted(gm: fx.GraphModule, extracted: Extracted, time_limit: flo
     plan = plan_time(max(0.0, time_limit - spent_seconds), problem.num_tasks, problem.machine.compute_streams,
                      solver_follows=BY_NAME[method].kind == Kind.SOLVER, tuning=tuning.time_plan,
                      build_seconds_per_task=tuning.cpsat.build_seconds_per_task)
+    if plan.heuristic_seconds < least_heuristic_seconds:
+        plan = dataclasses.replace(plan, heuristic_seconds=least_heuristic_seconds)
     bounds = lower_bounds(problem, structural=plan.structural_bounds)  # the report's gap only
     phase("extract")
     say(f"extracted {problem.num_tasks} tasks; baseline makespan {baseline.makespan / 1e3:.1f} us, "
