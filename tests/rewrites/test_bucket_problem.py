@@ -49,10 +49,14 @@ def _crossed():
     return make_fx(step, tracing_mode="fake")(torch.randn(4, 4), torch.randn(4, 4))
 
 
+def _extract(g, freeable_inputs=()):
+    return extract_for_optimize(g, freeable_inputs=freeable_inputs)
+
+
 def _pair(gm, plan, freeable=()):
     """(the merged problem, the written graph's problem) of ``plan``."""
     def extract(g, freeable_inputs=freeable):
-        return extract_for_optimize(g, freeable_inputs=freeable_inputs)
+        return _extract(g, freeable_inputs)
 
     graph = BucketGraph(gm)
     merged = merged_problem(extract(gm).problem, plan, graph, BucketPricer(graph, extract))
@@ -95,9 +99,8 @@ def test_inputs_freed_after_their_last_use_are_freed_after_the_copy_in():
     plan = _plans(gm)[-1]
     merged, written = _pair(gm, plan, freeable)
     assert any(b.freeable for b in merged.problem.buffers)
-    for p in (merged.problem,):
-        got, want = simulate(p, Schedule.original(p)), simulate(written, Schedule.original(written))
-        assert (got.makespan, got.peak_memory) == (want.makespan, want.peak_memory)
+    got, want = (simulate(p, Schedule.original(p)) for p in (merged.problem, written))
+    assert (got.makespan, got.peak_memory) == (want.makespan, want.peak_memory)
 
 
 def test_a_plan_whose_buckets_need_each_other_is_refused():
@@ -107,13 +110,8 @@ def test_a_plan_whose_buckets_need_each_other_is_refused():
     for s in graph.sites:
         kinds.setdefault(s.kind, []).append(s.collective)
     both = BucketPlan(tuple(tuple(v) for v in kinds.values()))
-
-    def extract(g, freeable_inputs=()):
-        return extract_for_optimize(g, freeable_inputs=freeable_inputs)
-
-    pricer = BucketPricer(graph, extract)
     with pytest.raises(RewriteError, match="cycle"):
-        merged_problem(extract(gm).problem, both, graph, pricer)
+        merged_problem(_extract(gm).problem, both, graph, BucketPricer(graph, _extract))
     for bucket in both.buckets:  # each alone is fine
         merged, written = _pair(gm, BucketPlan((bucket,)))
         assert _timed(merged.problem) == _timed(written)
@@ -126,7 +124,7 @@ def test_buckets_of_one_shape_are_priced_once():
 
     def extract(g, freeable_inputs=()):
         calls.append(g)
-        return extract_for_optimize(g, freeable_inputs=freeable_inputs)
+        return _extract(g, freeable_inputs)
 
     pricer = BucketPricer(graph, extract)
     names = [s.collective for s in graph.sites if s.kind == "all_gather"]
