@@ -32,8 +32,7 @@ from solvercast.errors import SolvercastError
 from solvercast.ir.problem import Problem
 from solvercast.ir.schedule import Schedule
 from solvercast.ir.simulate import SimResult, idle_points
-from solvercast.ir.simulate import simulate
-from solvercast.pipeline.extracted import Extracted
+from solvercast.pipeline.extracted import extracted_problem
 from solvercast.pipeline.plan_judge import PlanJudge
 from solvercast.pipeline.rewrite_search import Rewrite, RewriteChoice, RewriteShare, SearchLimits
 from solvercast.rewrites.bucketing import (BITWISE_KINDS, BUCKET_MEMBERS, BucketGraph, BucketOptions, BucketPlan,
@@ -111,8 +110,8 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     base_step = judge.step(unbucketed, built=True)  # (extracted already: only its heuristics are new work)
     best = BucketChoice(BucketPlan(), gm, unbucketed, base_step, base_step, graph=graph)
     pricer = None if merge_work_per_task is None else BucketPricer(graph, extract)
-    search = _BucketSearch(gm, unbucketed, graph, extract, pricer, judge, best, tasks, work_limit, deadline, say)
-    search.price_work = price_work
+    search = _BucketSearch(gm, unbucketed, graph, extract, pricer, price_work, judge, best, tasks, work_limit,
+                           deadline, say)
     # each kind's caps take a share of the work in proportion to the time its collectives take unbucketed (a
     # kind of little comm has little to save), the halving after them as much as an average kind; what an
     # earlier part leaves goes to the later ones
@@ -154,16 +153,16 @@ class _BucketSearch:
     shortest so far; ``limit`` the work the part under way may reach."""
 
     def __init__(self, gm: fx.GraphModule, unbucketed, graph: BucketGraph, extract: Callable,
-                 pricer: BucketPricer | None, judge: PlanJudge, best: BucketChoice, tasks: int,
+                 pricer: BucketPricer | None, price_work: float, judge: PlanJudge, best: BucketChoice, tasks: int,
                  work_limit: float | None, deadline: float, say: Callable[[str], None]):
         self.gm, self.unbucketed, self.graph, self.extract, self.pricer = gm, unbucketed, graph, extract, pricer
+        self.price_work = price_work  # the work each bucket shape priced counts for
         self.judge, self.best = judge, best
         self.tasks, self.work_limit, self.deadline, self.say = tasks, work_limit, deadline, say
         self.limit = work_limit
         # the best plan's (launch -> members, problem, schedule, simulation): where its step waits
         self.best_judged = None
         self.caps: dict[str, int] = {}
-        self.price_work = 0.0  # the work each bucket shape priced counts for
 
     def spent(self) -> bool:
         # a part's share ends the part; no plan starts that the whole search cannot pay for
@@ -180,9 +179,7 @@ class _BucketSearch:
         try:
             if self._priced(plan):
                 merged = merged_problem(self.unbucketed.problem, plan, graph, self.pricer)
-                members, problem = merged.launch_members, merged.problem
-                original = Schedule.original(problem)
-                extracted = Extracted(problem, original, simulate(problem, original), 0.0)
+                members, extracted = merged.launch_members, extracted_problem(merged.problem)
             else:
                 bucketed = apply_buckets(self.gm, plan, graph)
                 extracted, members = self.extract(bucketed), launch_members(bucketed)

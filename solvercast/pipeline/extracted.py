@@ -34,5 +34,11 @@ def extract_for_optimize(gm: fx.GraphModule, *, device="h100", compute_streams: 
     problem = extract_problem(gm, device=device, compute_streams=compute_streams, comm_ops=comm_ops,
                               cost_fn=cost_fn, preserve_collective_order=preserve_collective_order,
                               cost_model=cost_model, freeable_inputs=freeable_inputs)
+    return extracted_problem(problem, time.perf_counter() - t0)
+
+
+def extracted_problem(problem: Problem, seconds: float = 0.0) -> Extracted:
+    """``problem`` as an `Extracted`: its original order and that order's simulation (``seconds``: what reading
+    it took)."""
     original = Schedule.original(problem)
-    return Extracted(problem, original, simulate(problem, original), time.perf_counter() - t0)
+    return Extracted(problem, original, simulate(problem, original), seconds)

@@ -29,7 +29,8 @@ class PlanJudge:
     def __init__(self, budget: int | None, work_limit: float | None, extract_work_per_task: float,
                  plan_work: float | None = None, build_work_per_task: float | None = None):
         self.budget, self.extract_work_per_task = budget, extract_work_per_task
-        self.build_work_per_task = extract_work_per_task if build_work_per_task is None else build_work_per_task
+        self.builds = build_work_per_task is not None  # plans built, not written
+        self.build_work_per_task = build_work_per_task if self.builds else extract_work_per_task
         self.plan_work = plan_work if plan_work is not None or work_limit is None else work_limit / PLANS_PER_SHARE
         self.spent = 0.0
         self.largest = 0  # the most tasks of a plan judged so far
@@ -56,7 +57,7 @@ class PlanJudge:
         """The report's line for a search the limit pays for no plan of."""
         return (f"not searched: the time limit's share ({limit / work_per_second:.2f} s) pays for no plan "
                 f"(each costs about {self.plan_cost(num_tasks) / work_per_second:.2f} s to "
-                f"{'write, extract' if self.build_work_per_task == self.extract_work_per_task else 'build'} and judge)")
+                f"{'build' if self.builds else 'write, extract'} and judge)")
 
     def step(self, extracted: Extracted, built: bool = False) -> int | None:
         """The heuristics' step on ``extracted`` (`Extracted`; ``built`` as `judge` takes it), or None when no

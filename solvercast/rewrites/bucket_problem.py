@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx as fx
 
-from solvercast.errors import RewriteError, SolvercastError
+from solvercast.errors import RewriteError
 from solvercast.graph.fxmeta import node_val
 from solvercast.ir.problem import Buffer, Problem, Role, Task
 from solvercast.rewrites.bucketing import BucketGraph, BucketOptions, BucketPlan, apply_buckets, written_order
@@ -158,7 +158,7 @@ def merged_problem(problem: Problem, plan: BucketPlan, graph: BucketGraph, price
         for j in range(len(bucket)) if b in gathers else ():
             preds.setdefault(("out", b, j), []).append(("wait", b))
 
-    order = _written_order(problem, plan, graph, gathers, preds)
+    order = _written_order(ids, plan, graph, gathers, preds)
     new_id = {node: i for i, node in enumerate(order)}
     tasks = [_task(node, problem, plan, prices, ids, new_id) for node in order]
     edges = {(new_id[a], new_id[z]) for z, ps in preds.items() for a in ps}
@@ -174,7 +174,7 @@ def merged_problem(problem: Problem, plan: BucketPlan, graph: BucketGraph, price
     buffers: list[Buffer] = []
     merged_out: dict[int, list[Buffer]] = {}
     for buf in problem.buffers:
-        if buf.producer in member_of and buf.producer in is_launch:
+        if buf.producer in is_launch:
             b, j = member_of[buf.producer]
             if b in gathers:  # each member's result is its copy out's
                 users = {user(u, True) for u in buf.users if u != buf.producer}
@@ -203,12 +203,11 @@ def merged_problem(problem: Problem, plan: BucketPlan, graph: BucketGraph, price
     return MergedPlan(merged, {bucket[0]: bucket for bucket in plan.buckets})
 
 
-def _written_order(problem: Problem, plan: BucketPlan, graph: BucketGraph, gathers: set[int],
+def _written_order(ids: dict[str, int], plan: BucketPlan, graph: BucketGraph, gathers: set[int],
                    preds: dict[tuple, list[tuple]]) -> list[tuple]:
-    """The new tasks in the order the writer writes their nodes (`written_order`): a bucket's copy in and
-    launch where its launch goes, its wait and copies out where its wait goes. Raises `RewriteError` on a
-    cycle, or where the order misses what a task needs."""
-    ids = {task.name: t for t, task in enumerate(problem.tasks)}
+    """The new tasks in the order the writer writes their nodes (`written_order`; ``ids``: the old tasks'
+    names -> ids): a bucket's copy in and launch where its launch goes, its wait and copies out where its wait
+    goes. Raises `RewriteError` on a cycle, or where the order misses what a task needs."""
     order: list[tuple] = []
     for item in written_order(graph, plan):
         if isinstance(item, str):
@@ -248,10 +247,3 @@ def _task(node: tuple, problem: Problem, plan: BucketPlan, prices: list[BucketPr
         return Task(f"{bucket[0]}_bucket_wait", Role.WAIT, waits_for=new_id[("launch", b)], op="wait_tensor")
     return Task(f"{bucket[node[2]]}_bucket_out", Role.COMPUTE, price.copy_out[node[2]], op="aten.clone")
 
-
-def merged_or_none(problem: Problem, plan: BucketPlan, graph: BucketGraph, pricer: BucketPricer):
-    """`merged_problem`, or the error's text where the plan or a bucket cannot be merged."""
-    try:
-        return merged_problem(problem, plan, graph, pricer)
-    except SolvercastError as e:
-        return str(e)

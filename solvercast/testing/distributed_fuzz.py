@@ -639,6 +639,8 @@ class CaseResult:
     #: killed by a signal in the lowered module; the case was run again on fresh ranks, and this says how
     #: the first run ended
     retried: str = ""
+    #: the crash that had the case run again came before `optimize` ran (else in the lowered module)
+    retried_before_optimize: bool = field(default=False, repr=False)
     seconds: float = 0.0
 
     def line(self) -> str:
@@ -1252,7 +1254,7 @@ class RankPool:
         # (a crash tampered in "once" is not tampered in again)
         again = self._run_once(dataclasses.replace(case, tamper="") if (case.tamper or "").startswith("crash once") else case)
         if again.retried:
-            before = _RETRY_BEFORE_OPTIMIZE.search(first.retried) and _RETRY_BEFORE_OPTIMIZE.search(again.retried)
+            before = first.retried_before_optimize and again.retried_before_optimize
             again.outcome = "untraceable" if before else "failed"
             again.reasons = [f"torch crashes running the original, twice: {first.retried}" if before else
                              f"crashes twice: {first.retried}; then {again.retried}"]
@@ -1300,9 +1302,10 @@ class RankPool:
                     CaseResult(case=case, outcome="failed")
                 # what the other ranks then said of their lost peer is no finding of its own
                 out.outcome, out.reasons = "failed", [why] + [r for r in out.reasons if not _PEER_LOST.search(r)]
-                if dead and not full and (all(phase in _BEFORE_OPTIMIZE for phase in doing.values()) or all(
+                before = all(phase in _BEFORE_OPTIMIZE for phase in doing.values())
+                if dead and not full and (before or all(
                         phase == "the lowered module" and (dead[r] or 0) < 0 for r, phase in doing.items())):
-                    out.retried = why
+                    out.retried, out.retried_before_optimize = why, before
                 return out
             if kind == "result" and seed == case.seed:
                 results[rank] = payload
@@ -1330,7 +1333,6 @@ class RankPool:
 #: a rank's phases in a case (`_Rank.phase`), and those before it calls `optimize`
 PHASES = ("tracing", "the original module", "optimize", "the lowered module", "the memory oracle")
 _BEFORE_OPTIMIZE = PHASES[:2]
-_RETRY_BEFORE_OPTIMIZE = re.compile("|".join(f"in {p}(,|$)" for p in _BEFORE_OPTIMIZE))
 
 _PEER_LOST = re.compile(r"closed by peer|reset by peer|Connection refused|Broken pipe|Timed out")
 

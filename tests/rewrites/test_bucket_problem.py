@@ -106,10 +106,8 @@ def test_inputs_freed_after_their_last_use_are_freed_after_the_copy_in():
 def test_a_plan_whose_buckets_need_each_other_is_refused():
     gm = _crossed()
     graph = BucketGraph(gm)
-    kinds = {}
-    for s in graph.sites:
-        kinds.setdefault(s.kind, []).append(s.collective)
-    both = BucketPlan(tuple(tuple(v) for v in kinds.values()))
+    both = BucketPlan(tuple(tuple(s.collective for s in sites) for sites in graph.by_key().values()))
+    assert len(both.buckets) == 2
     with pytest.raises(RewriteError, match="cycle"):
         merged_problem(_extract(gm).problem, both, graph, BucketPricer(graph, _extract))
     for bucket in both.buckets:  # each alone is fine
