@@ -146,7 +146,7 @@ def optimize(
                                 method=method, preserve_collective_order=preserve_collective_order,
                                 deterministic=deterministic, comm_ops=comm_ops, cost_fn=cost_fn, cost_model=cost_model,
                                 progress=progress, tuning=tuning, freeable_inputs=lifetimes.freed)
-        return _with_inputs(res, lifetimes)
+        return _finished(res, lifetimes, started)
 
     extract = functools.partial(extract_for_optimize, device=device, compute_streams=compute_streams,
                                 comm_ops=comm_ops, cost_fn=cost_fn, cost_model=cost_model,
@@ -160,7 +160,7 @@ def optimize(
     else:
         res = _optimize_rewritten(gm, extracted, extract, requested, time_limit, memory_budget, method,
                                   deterministic, started, cost_model, progress, tuning)
-    return _with_inputs(agree_across_ranks(res, lambda: solve("original")), lifetimes)
+    return _finished(agree_across_ranks(res, lambda: solve("original")), lifetimes, started)
 
 
 def _refuse_rewrites_for_budget_list(asked: Mapping[str, Any]) -> None:
@@ -172,9 +172,13 @@ def _refuse_rewrites_for_budget_list(asked: Mapping[str, Any]) -> None:
                          f"at 'auto' (off for a list)")
 
 
-def _with_inputs(res: OptimizeResult, lifetimes: InputLifetimes) -> OptimizeResult:
-    """``res`` with its report saying which inputs were counted as freed after their last use, and why."""
-    res.report = dataclasses.replace(res.report, inputs=lifetimes.describe(res.problem))  # (a frontier holds ``res``)
+def _finished(res: OptimizeResult, lifetimes: InputLifetimes, started: float) -> OptimizeResult:
+    """``res`` with its report saying which inputs were counted as freed after their last use, and why, and
+    with the whole call's seconds as its total, read last: whatever ran after a solve (the rank agreement,
+    a second solve, the searches' garbage) is in it."""
+    phases = res.report.phases | {"total": round(time.perf_counter() - started, 4)}
+    # (a frontier holds ``res``: its report is replaced in place)
+    res.report = dataclasses.replace(res.report, inputs=lifetimes.describe(res.problem), phases=phases)
     return res
 
 
@@ -253,9 +257,8 @@ def _optimize_rewritten(gm, extracted, extract, requested: dict, time_limit: flo
     else:
         res = solve(last.gm if last is not None else gm, last.extracted if last is not None else extracted,
                     time_limit, elapsed)
-    # (a rewritten graph's solve ran to half the time left: the call's limit is the caller's, and its total the
-    # whole call's, both solves included)
-    phases["total"] = round(time.perf_counter() - started, 4)
+    # (a rewritten graph's solve ran to half the time left: the call's limit is the caller's; its total the
+    # whole call's, set by `optimize` last)
     report = dataclasses.replace(res.report, phases=res.report.phases | phases, time_limit=time_limit, rewrites=notes)
     if not kept:
         return dataclasses.replace(res, report=report)
