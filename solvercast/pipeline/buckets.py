@@ -38,6 +38,7 @@ from solvercast.pipeline.rewrite_search import Rewrite, RewriteChoice, RewriteSh
 from solvercast.rewrites.bucketing import (BITWISE_KINDS, BUCKET_MEMBERS, BucketGraph, BucketOptions, BucketPlan,
                                           apply_buckets)
 from solvercast.rewrites.bucket_problem import BucketPricer, merged_problem
+from solvercast.rewrites.pytorch_buckets import problem_prices, pytorch_bucket_plan, pytorch_overlap, reordered
 
 #: each kind's caps, as multiples of its median collective's input bytes (1: no merge)
 CAP_MULTIPLES = (2, 4, 8, 16, 32, 64, 128, 256)
@@ -78,7 +79,7 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
                    work_limit: float | None, extract_work_per_task: float, say: Callable[[str], None],
                    deadline: float = float("inf"), plan_work: float | None = None,
                    work_per_second: float = 1.0e6, merge_work_per_task: float | None = None,
-                   price_work: float = 0.0) -> BucketChoice:
+                   price_work: float = 0.0, pytorch_work_per_task: float | None = None) -> BucketChoice:
     """The plan whose graph the heuristics schedule fastest within ``budget`` bytes (None: no budget).
     ``unbucketed``: ``gm``'s `Extracted`; ``extract(gm, freeable_inputs=...)``: the `Extracted` of a
     bucketed graph (as `solvercast.pipeline.extracted.extract_for_optimize`, bound to the caller's costs);
@@ -90,7 +91,10 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     then written and extracted once, and judged again there (its write paid for before the search starts),
     and each bucket shape priced counts ``price_work``. None: every plan is written and extracted.
     ``deadline``: a `time.perf_counter` reading after which no plan is tried (wall clock: pass it only where
-    ranks need not agree); ``work_per_second``: the work one second pays for (the report's seconds)."""
+    ranks need not agree); ``work_per_second``: the work one second pays for (the report's seconds).
+    With ``options.pytorch``, PyTorch's answers are judged first (`solvercast.rewrites.pytorch_buckets`): its
+    overlap scheduler's buckets written in its order, where ``work_limit`` pays for the pass at
+    ``pytorch_work_per_task`` a task (None: never run), and its FSDP pre-buckets as a plan."""
     started = time.perf_counter()
     names = [t.name for t in unbucketed.problem.tasks]
     graph = BucketGraph(gm, options, order_edges=[(names[a], names[b]) for a, b in unbucketed.problem.edges])
@@ -112,6 +116,13 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     pricer = None if merge_work_per_task is None else BucketPricer(graph, extract)
     search = _BucketSearch(gm, unbucketed, graph, extract, pricer, price_work, judge, best, tasks, work_limit,
                            deadline, say)
+    if options.pytorch:  # PyTorch's answers, judged as every plan is: the floor the search starts from
+        search.try_pytorch_overlap(pytorch_work_per_task, work_per_second)
+        plan, why = pytorch_bucket_plan(gm, graph)
+        if plan is None:
+            say(f"buckets: {why}")
+        elif not search.spent():
+            search.trial(plan, "PyTorch's FSDP buckets: ")
     # each kind's caps take a share of the work in proportion to the time its collectives take unbucketed (a
     # kind of little comm has little to save), the halving after them as much as an average kind; what an
     # earlier part leaves goes to the later ones
@@ -187,6 +198,13 @@ class _BucketSearch:
             best.tried.append((line, None))
             self.say(f"buckets: {line}: rejected ({e})")
             return None
+        return self._judged(line, plan, bucketed, extracted, members)
+
+    def _judged(self, line: str, plan: BucketPlan, bucketed: fx.GraphModule | None, extracted,
+                members: dict[str, tuple[str, ...]]) -> int | None:
+        """``plan``'s step on ``extracted`` (its graph ``bucketed``, None where its problem was built), kept
+        when the shortest so far."""
+        best = self.best
         judged = self.judge.judge(extracted, built=bucketed is None)
         step = None if judged is None else judged[2].makespan
         best.tried.append((line, step))
@@ -195,6 +213,43 @@ class _BucketSearch:
             best.plan, best.gm, best.extracted, best.step = plan, bucketed, extracted, step
             self.best_judged = (members, *judged)
         return step
+
+    def try_pytorch_overlap(self, work_per_task: float | None, work_per_second: float) -> None:
+        """PyTorch's overlap scheduler's buckets, written in its order (`pytorch_overlap`), judged on the
+        written graph, where the work left pays for the pass, the write and a plan's heuristics."""
+        judge, tasks = self.judge, self.tasks
+        if work_per_task is None:
+            return
+        pass_work = work_per_task * len(self.gm.graph.nodes)  # (torch walks the graph's nodes)
+        cost = pass_work + judge.extract_work_per_task * tasks + (judge.plan_work or 0.0)
+        if time.perf_counter() > self.deadline or (self.work_limit is not None and
+                                                   judge.spent + cost > self.work_limit):
+            self.say(f"buckets: PyTorch's overlap scheduler not run: it costs about {cost / work_per_second:.1f} s "
+                     "here, more than the search's share of the time limit left")
+            return
+        self.say(f"buckets: running PyTorch's overlap scheduler (about {pass_work / work_per_second:.1f} s)")
+        judge.spent += pass_work
+        got, why = pytorch_overlap(self.gm, problem_prices(self.unbucketed.problem, self.gm), self.graph)
+        if got is None:
+            self.say(f"buckets: {why}")
+            return
+        plan, order = got
+        base = reordered(self.gm, order)
+        try:
+            bucketed = apply_buckets(base, plan, BucketGraph(base, self.graph.options))
+        except SolvercastError as e:
+            bucketed, why = None, str(e)
+        self.trial_written(bucketed, plan, "PyTorch's overlap scheduler's order and buckets: ", why)
+
+    def trial_written(self, bucketed: fx.GraphModule | None, plan: BucketPlan, what: str, why: str = "") -> None:
+        """`trial` of a graph already written (None: rejected, ``why``)."""
+        best = self.best
+        line = what + plan.describe(self.graph.by_name)
+        if bucketed is None:
+            best.tried.append((line, None))
+            self.say(f"buckets: {line}: rejected ({why})")
+            return
+        self._judged(line, plan, bucketed, self.extract(bucketed), launch_members(bucketed))
 
     def _priced(self, plan: BucketPlan) -> bool:
         """Whether every bucket of ``plan`` has a price (`BucketPricer`): its problem can be built."""
@@ -338,7 +393,8 @@ def _rewrite_search(gm: fx.GraphModule, extracted, extract: Callable, budget: in
     return choose_buckets(gm, extracted, extract, budget, options, work_limit=limits.work_limit,
                           extract_work_per_task=limits.extract_work_per_task, say=say, deadline=limits.deadline,
                           plan_work=limits.plan_work, work_per_second=limits.work_per_second,
-                          merge_work_per_task=limits.build_work_per_task, price_work=limits.price_work)
+                          merge_work_per_task=limits.build_work_per_task, price_work=limits.price_work,
+                          pytorch_work_per_task=limits.peer_work_per_task)
 
 
 def bucket_options(bucketing: bool | str | BucketOptions, cost_model=None) -> BucketOptions | None:
@@ -355,4 +411,5 @@ def bucket_options(bucketing: bool | str | BucketOptions, cost_model=None) -> Bu
 #: the bucket search as a rewrite kind (`solvercast.pipeline.rewrite_registry.REWRITES`)
 BUCKETS = Rewrite("buckets", bucket_options, _rewrite_search,
                   lambda t: RewriteShare(t.bucket_share, t.bucket_plan_share, t.bucket_write_seconds_per_task,
-                                         t.bucket_merge_seconds_per_task, t.bucket_price_seconds))
+                                         t.bucket_merge_seconds_per_task, t.bucket_price_seconds,
+                                         t.bucket_pytorch_seconds_per_task))

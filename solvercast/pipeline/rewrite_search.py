@@ -34,13 +34,15 @@ class RewriteShare:
     plan's heuristics, ``write_seconds_per_task``, what writing one plan's graph costs (counted with its
     extraction), and ``build_seconds_per_task``, what building a plan's problem without writing its graph
     costs, for a kind that judges its plans so (None: every plan is written), with ``price_seconds`` for
-    each part of a plan it prices once (a bucket shape)."""
+    each part of a plan it prices once (a bucket shape), and ``peer_seconds_per_task``, what PyTorch's own pass
+    for the kind costs per task where the search judges its answer too (None: it has none)."""
 
     share: float
     plan_share: float
     write_seconds_per_task: float
     build_seconds_per_task: float | None = None
     price_seconds: float = 0.0
+    peer_seconds_per_task: float | None = None
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,8 @@ class SearchLimits:
     second pays for (the report's seconds); ``deadline``: a `time.perf_counter` reading after which no plan
     is started (wall clock: only where ranks need not agree); ``build_work_per_task``: each plan's problem
     built without writing its graph, per task (`RewriteShare.build_seconds_per_task`), and ``price_work`` each
-    part of one it prices once (`RewriteShare.price_seconds`)."""
+    part of one it prices once (`RewriteShare.price_seconds`); ``peer_work_per_task``: PyTorch's pass, per task
+    (`RewriteShare.peer_seconds_per_task`)."""
 
     work_limit: float | None
     plan_work: float | None
@@ -60,6 +63,7 @@ class SearchLimits:
     deadline: float = math.inf
     build_work_per_task: float | None = None
     price_work: float = 0.0
+    peer_work_per_task: float | None = None
 
 
 @dataclass
@@ -133,7 +137,8 @@ def search_rewrites(rewrites: Sequence[Rewrite], requested: Mapping[str, Any], g
             extract_work_per_task=(tuning.extract_seconds_per_task + share.write_seconds_per_task) * rate,
             work_per_second=rate, deadline=deadline_of(work / rate),
             build_work_per_task=None if share.build_seconds_per_task is None else share.build_seconds_per_task * rate,
-            price_work=share.price_seconds * rate)
+            price_work=share.price_seconds * rate,
+            peer_work_per_task=None if share.peer_seconds_per_task is None else share.peer_seconds_per_task * rate)
         choice = rewrite.search(gm, extracted, extract, budget, options, limits, say)
         choice.kind = rewrite.name
         choices.append(choice)

@@ -63,6 +63,10 @@ class TimePlanTuning:
     #: seconds of pricing one bucket shape (`solvercast.rewrites.bucket_problem.BucketPricer`: the bucket written
     #: alone and extracted): measured 0.056 s a shape on bw_64_2d (30 shapes in 12 plans)
     bucket_price_seconds: float = 0.06
+    #: PyTorch's overlap scheduler run on the graph, per node, its answer judged beside the search's plans
+    #: (`solvercast.rewrites.pytorch_buckets.pytorch_overlap`): 0.5-1.0 ms a node on autoparallel's
+    #: 5-16k-node graphs (public_graphs_built_plans.md's "PyTorch s")
+    bucket_pytorch_seconds_per_task: float = 0.9e-3
     #: share of the time limit that one bucket plan's heuristics may spend (a plan judged with more work
     #: scores better, so every plan of a search gets the same)
     bucket_plan_share: float = 0.03

@@ -11,8 +11,8 @@ wait; the flat result). The new tasks are priced by extracting a graph of the bu
 their shapes, so a plan costs about a walk over the problem.
 
 The tasks are put in the order the writer puts its nodes (`written_order`: the original order, a bucket's
-launch where its first member was with every member's inputs pulled up before it, its wait where its
-first member's wait was), so the original order's simulation is the written graph's. What it leaves out are the
+launch at the first member's place where every member's input is written, its wait at the first
+member's wait's place after it), so the original order's simulation is the written graph's. What it leaves out are the
 writer's views, getitems and splits: free tasks, which take no time and hold no storage of their own.
 """
 

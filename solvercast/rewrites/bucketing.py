@@ -69,10 +69,13 @@ BUCKET_MEMBERS = "solvercast_bucket_members"
 @dataclass(frozen=True)
 class BucketOptions:
     """What bucketing may do. ``kinds``: the collective kinds it may merge; ``bitwise``: only merges whose
-    results are bitwise the unmerged ones (all_gather), never one that may sum in another order."""
+    results are bitwise the unmerged ones (all_gather), never one that may sum in another order;
+    ``pytorch``: whether the search judges PyTorch's FSDP buckets beside its own plans
+    (`solvercast.rewrites.pytorch_buckets`)."""
 
     kinds: tuple[str, ...] = BUCKET_KINDS
     bitwise: bool = False
+    pytorch: bool = True
 
     def __post_init__(self):
         unknown = [k for k in self.kinds if k not in BUCKET_KINDS]
@@ -176,6 +179,7 @@ class BucketGraph:
     def __init__(self, gm: fx.GraphModule, options: BucketOptions = BucketOptions(),
                  order_edges: list[tuple[str, str]] | None = None):
         self.gm = gm
+        self.options = options
         self.sites = bucket_sites(gm, options)
         self.by_name = {s.collective: s for s in self.sites}
         self.nodes = list(gm.graph.nodes)
@@ -329,8 +333,12 @@ class BucketGraph:
 
 class _Writer:
     """Writes one bucketed graph: nodes in the original order, each emitted after its inputs; a bucket's
-    launch where its first member was, pulling the other members' inputs up; its wait where its first
-    member's wait was."""
+    launch at the first of its members' places where every member's input is already written (at the last
+    member's at the latest), so no compute is pulled up for it, unless a result is read sooner; its wait at
+    the first of its members' waits' places after the launch (at the last one's at the latest), unless a
+    result is read sooner. (A reduce_scatter bucket of a backward launches after its last gradient:
+    launched at its first member's place it would pull every later gradient's compute up, and a collective
+    after it in its group's order would wait for all of it.)"""
 
     def __init__(self, graph: BucketGraph, plan: BucketPlan):
         self.gm, self.sites, self.order_needs = graph.gm, graph.by_name, graph.needs
@@ -352,9 +360,25 @@ class _Writer:
             self.modes[i] = fake_mode_of([self.by_name[name].args[0] for name in self.buckets[i]])
         return self.modes[i]
 
-    def write(self) -> fx.GraphModule:
+    def walk(self) -> None:
+        """Every node placed, in the order of the class docstring."""
+        last = {b[-1] for b in self.buckets} | {self.sites[b[-1]].wait for b in self.buckets}
         for node in self.gm.graph.nodes:
+            if node not in self.env and node.name not in last:
+                i = self.bucket_of.get(node.name)
+                if i is not None and not self._ready(i):
+                    continue  # the bucket launches at a later member's place
+                i = self.wait_bucket.get(node.name)
+                if i is not None and self.by_name[self.buckets[i][0]] not in self.env:
+                    continue  # not launched yet: waited on at a later member's wait, or where a result is read
             self._emit(node)
+
+    def _ready(self, i: int) -> bool:
+        """Whether everything bucket ``i``'s launch needs is written."""
+        return all(inp in self.env for inp in self._needs(self.by_name[self.buckets[i][0]]))
+
+    def write(self) -> fx.GraphModule:
+        self.walk()
         out = fx.GraphModule(self.gm, self.graph)
         out.meta.update(getattr(self.gm, "meta", {}))
         return out
@@ -394,7 +418,7 @@ class _Writer:
 
     def _place(self, node: fx.Node) -> None:
         i = self.bucket_of.get(node.name)
-        if i is not None:  # the first member reached: the bucket launches here, in place of every member
+        if i is not None:  # a member placed: the bucket launches here, in place of every member
             launch = self._launch(i)
             for name in self.buckets[i]:
                 self.env[self.by_name[name]] = launch
@@ -489,8 +513,7 @@ def written_order(graph: BucketGraph, plan: BucketPlan) -> list:
     """The order `apply_buckets` writes ``graph``'s nodes in for ``plan``: node names, and ``("launch", i)``
     and ``("wait", i)`` where bucket ``i``'s launch and wait go. Raises `RewriteError` on a cycle."""
     walk = _OrderOnly(graph, plan)
-    for node in graph.gm.graph.nodes:
-        walk._emit(node)
+    walk.walk()
     return walk.order
 
 
