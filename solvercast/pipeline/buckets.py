@@ -79,7 +79,8 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
                    work_limit: float | None, extract_work_per_task: float, say: Callable[[str], None],
                    deadline: float = float("inf"), plan_work: float | None = None,
                    work_per_second: float = 1.0e6, merge_work_per_task: float | None = None,
-                   price_work: float = 0.0, pytorch_work_per_task: float | None = None) -> BucketChoice:
+                   price_work: float = 0.0, pytorch_work_per_task: float | None = None,
+                   pytorch_work: float = 0.0) -> BucketChoice:
     """The plan whose graph the heuristics schedule fastest within ``budget`` bytes (None: no budget).
     ``unbucketed``: ``gm``'s `Extracted`; ``extract(gm, freeable_inputs=...)``: the `Extracted` of a
     bucketed graph (as `solvercast.pipeline.extracted.extract_for_optimize`, bound to the caller's costs);
@@ -93,8 +94,9 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     ``deadline``: a `time.perf_counter` reading after which no plan is tried (wall clock: pass it only where
     ranks need not agree); ``work_per_second``: the work one second pays for (the report's seconds).
     With ``options.pytorch``, PyTorch's answers are judged first (`solvercast.rewrites.pytorch_buckets`): its
-    overlap scheduler's buckets written in its order, where ``work_limit`` pays for the pass at
-    ``pytorch_work_per_task`` a task (None: never run), and its FSDP pre-buckets as a plan."""
+    overlap scheduler's buckets written in its order and its FSDP pre-buckets as a plan, where ``work_limit``
+    pays for loading torch's passes (``pytorch_work``) and the overlap pass at ``pytorch_work_per_task`` a
+    node (None: never run)."""
     started = time.perf_counter()
     names = [t.name for t in unbucketed.problem.tasks]
     graph = BucketGraph(gm, options, order_edges=[(names[a], names[b]) for a, b in unbucketed.problem.edges])
@@ -117,12 +119,7 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     search = _BucketSearch(gm, unbucketed, graph, extract, pricer, price_work, judge, best, tasks, work_limit,
                            deadline, say)
     if options.pytorch:  # PyTorch's answers, judged as every plan is: the floor the search starts from
-        search.try_pytorch_overlap(pytorch_work_per_task, work_per_second)
-        plan, why = pytorch_bucket_plan(gm, graph)
-        if plan is None:
-            say(f"buckets: {why}")
-        elif not search.spent():
-            search.trial(plan, "PyTorch's FSDP buckets: ")
+        search.try_pytorch(pytorch_work, pytorch_work_per_task, work_per_second)
     # each kind's caps take a share of the work in proportion to the time its collectives take unbucketed (a
     # kind of little comm has little to save), the halving after them as much as an average kind; what an
     # earlier part leaves goes to the later ones
@@ -214,29 +211,45 @@ class _BucketSearch:
             self.best_judged = (members, *judged)
         return step
 
-    def try_pytorch_overlap(self, work_per_task: float | None, work_per_second: float) -> None:
-        """PyTorch's overlap scheduler's buckets, written in its order (`pytorch_overlap`), judged on the
-        written graph, where the work left pays for the pass, the write and a plan's heuristics."""
+    def try_pytorch(self, fixed_work: float, work_per_task: float | None, work_per_second: float) -> None:
+        """PyTorch's answers: its overlap scheduler's buckets written in its order (`pytorch_overlap`), judged
+        on the written graph, and its FSDP pre-buckets as a plan, where the work left pays for loading torch's
+        passes (``fixed_work``), the overlap pass (``work_per_task`` a node) and two plans' writes and
+        heuristics."""
         judge, tasks = self.judge, self.tasks
         if work_per_task is None:
             return
         pass_work = work_per_task * len(self.gm.graph.nodes)  # (torch walks the graph's nodes)
-        cost = pass_work + judge.extract_work_per_task * tasks + (judge.plan_work or 0.0)
+        cost = fixed_work + pass_work + 2 * (judge.extract_work_per_task * tasks + (judge.plan_work or 0.0))
         if time.perf_counter() > self.deadline or (self.work_limit is not None and
                                                    judge.spent + cost > self.work_limit):
-            self.say(f"buckets: PyTorch's overlap scheduler not run: it costs about {cost / work_per_second:.1f} s "
+            self.say(f"buckets: PyTorch's answers not tried: they cost about {cost / work_per_second:.1f} s "
                      "here, more than the search's share of the time limit left")
             return
-        self.say(f"buckets: running PyTorch's overlap scheduler (about {pass_work / work_per_second:.1f} s)")
-        judge.spent += pass_work
+        seconds = (fixed_work + pass_work) / work_per_second
+        self.say(f"buckets: running PyTorch's overlap scheduler (about {seconds:.1f} s, loading it included)")
+        judge.spent += fixed_work + pass_work
         got, why = pytorch_overlap(self.gm, problem_prices(self.unbucketed.problem, self.gm), self.graph)
         if got is None:
             self.say(f"buckets: {why}")
-            return
-        plan, order = got
+        else:
+            self._trial_overlap(*got)
+        plan, why = pytorch_bucket_plan(self.gm, self.graph)
+        if plan is None:
+            self.say(f"buckets: {why}")
+        elif not self.spent():
+            self.trial(plan, "PyTorch's FSDP buckets: ")
+
+    def _trial_overlap(self, plan: BucketPlan, order: list[str]) -> None:
+        """The overlap scheduler's ``plan`` written on ``gm`` in its ``order``, judged."""
         base = reordered(self.gm, order)
+        names = [t.name for t in self.unbucketed.problem.tasks]  # (the same nodes: the same orders to keep)
+        graph = BucketGraph(base, self.graph.options, order_edges=[(names[a], names[b])
+                                                                  for a, b in self.unbucketed.problem.edges])
+        why = ""
         try:
-            bucketed = apply_buckets(base, plan, BucketGraph(base, self.graph.options))
+            plan = graph.without_cycles(plan)
+            bucketed = apply_buckets(base, plan, graph)
         except SolvercastError as e:
             bucketed, why = None, str(e)
         self.trial_written(bucketed, plan, "PyTorch's overlap scheduler's order and buckets: ", why)
@@ -394,7 +407,7 @@ def _rewrite_search(gm: fx.GraphModule, extracted, extract: Callable, budget: in
                           extract_work_per_task=limits.extract_work_per_task, say=say, deadline=limits.deadline,
                           plan_work=limits.plan_work, work_per_second=limits.work_per_second,
                           merge_work_per_task=limits.build_work_per_task, price_work=limits.price_work,
-                          pytorch_work_per_task=limits.peer_work_per_task)
+                          pytorch_work_per_task=limits.peer_work_per_task, pytorch_work=limits.peer_work)
 
 
 def bucket_options(bucketing: bool | str | BucketOptions, cost_model=None) -> BucketOptions | None:
@@ -412,4 +425,4 @@ def bucket_options(bucketing: bool | str | BucketOptions, cost_model=None) -> Bu
 BUCKETS = Rewrite("buckets", bucket_options, _rewrite_search,
                   lambda t: RewriteShare(t.bucket_share, t.bucket_plan_share, t.bucket_write_seconds_per_task,
                                          t.bucket_merge_seconds_per_task, t.bucket_price_seconds,
-                                         t.bucket_pytorch_seconds_per_task))
+                                         t.bucket_pytorch_seconds_per_task, t.bucket_pytorch_seconds))

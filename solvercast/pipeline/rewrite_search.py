@@ -35,7 +35,8 @@ class RewriteShare:
     extraction), and ``build_seconds_per_task``, what building a plan's problem without writing its graph
     costs, for a kind that judges its plans so (None: every plan is written), with ``price_seconds`` for
     each part of a plan it prices once (a bucket shape), and ``peer_seconds_per_task``, what PyTorch's own pass
-    for the kind costs per task where the search judges its answer too (None: it has none)."""
+    for the kind costs per task where the search judges its answer too (None: it has none), with
+    ``peer_seconds`` once (loading torch's pass)."""
 
     share: float
     plan_share: float
@@ -43,6 +44,7 @@ class RewriteShare:
     build_seconds_per_task: float | None = None
     price_seconds: float = 0.0
     peer_seconds_per_task: float | None = None
+    peer_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ class SearchLimits:
     is started (wall clock: only where ranks need not agree); ``build_work_per_task``: each plan's problem
     built without writing its graph, per task (`RewriteShare.build_seconds_per_task`), and ``price_work`` each
     part of one it prices once (`RewriteShare.price_seconds`); ``peer_work_per_task``: PyTorch's pass, per task
-    (`RewriteShare.peer_seconds_per_task`)."""
+    (`RewriteShare.peer_seconds_per_task`), and ``peer_work`` once (`RewriteShare.peer_seconds`)."""
 
     work_limit: float | None
     plan_work: float | None
@@ -64,6 +66,7 @@ class SearchLimits:
     build_work_per_task: float | None = None
     price_work: float = 0.0
     peer_work_per_task: float | None = None
+    peer_work: float = 0.0
 
 
 @dataclass
@@ -138,7 +141,8 @@ def search_rewrites(rewrites: Sequence[Rewrite], requested: Mapping[str, Any], g
             work_per_second=rate, deadline=deadline_of(work / rate),
             build_work_per_task=None if share.build_seconds_per_task is None else share.build_seconds_per_task * rate,
             price_work=share.price_seconds * rate,
-            peer_work_per_task=None if share.peer_seconds_per_task is None else share.peer_seconds_per_task * rate)
+            peer_work_per_task=None if share.peer_seconds_per_task is None else share.peer_seconds_per_task * rate,
+            peer_work=share.peer_seconds * rate)
         choice = rewrite.search(gm, extracted, extract, budget, options, limits, say)
         choice.kind = rewrite.name
         choices.append(choice)

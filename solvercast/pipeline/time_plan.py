@@ -67,6 +67,9 @@ class TimePlanTuning:
     #: (`solvercast.rewrites.pytorch_buckets.pytorch_overlap`): 0.5-1.0 ms a node on autoparallel's
     #: 5-16k-node graphs (public_graphs_built_plans.md's "PyTorch s")
     bucket_pytorch_seconds_per_task: float = 0.9e-3
+    #: loading torch's passes (``torch._inductor.fx_passes``: 3-4.5 s on these machines), counted on every
+    #: call whether or not this process has loaded them, so that every rank decides alike
+    bucket_pytorch_seconds: float = 4.0
     #: share of the time limit that one bucket plan's heuristics may spend (a plan judged with more work
     #: scores better, so every plan of a search gets the same)
     bucket_plan_share: float = 0.03

@@ -1,24 +1,34 @@
-"""PyTorch's FSDP buckets as a `BucketPlan`: the collectives Inductor's FSDP pre-bucketing
-(``torch._inductor.fx_passes.fsdp.pre_bucket_fsdp_collectives``, which ``schedule_overlap_bucketing`` runs
-first) would merge, read as buckets of `BucketGraph` sites, so that the bucket search judges PyTorch's
-answer beside its own plans (`solvercast.pipeline.buckets`).
+"""PyTorch's answers as plans of the bucket search (`solvercast.pipeline.buckets`), so that it judges them
+beside its own: the buckets of Inductor's FSDP pre-bucketing (`pytorch_bucket_plan`), and the buckets and
+order of its overlap scheduler, ``schedule_overlap_bucketing`` as Inductor runs it (`pytorch_overlap`, with
+`reordered` putting a graph in that order).
 
-Only the grouping is read: torch's planning functions (``bucket_all_gather_by_mb``,
-``bucket_reduce_scatter_by_mb``) put consecutive FSDP collectives of one group into buckets up to a cap
-sized to saturate the group's bandwidth by torch's NCCL model (``compute_pre_bucket_cap_mb``); nothing of
-the graph is changed, and solvercast's own writer writes the plan, so the written graph is the same on every
-rank (torch's own all_gather merge bakes the rank into the graph). These are private torch functions: on a
-torch without them, or where they fail on a graph, there is no plan and the reason says why; the search
-goes on with its own plans.
+Only the grouping and the order are read, never torch's written graph: our writer writes the buckets
+(`solvercast.rewrites.bucketing.apply_buckets`) and the order is kept only where our own dependencies (data,
+aliases, in-place writes) allow, so the graph that runs is one our analysis vouches for, and it is the same
+on every rank (torch's all_gather merge bakes the rank into the graph). The FSDP pre-bucketing groups
+consecutive FSDP collectives of one group up to a cap sized to saturate the group's bandwidth by torch's
+NCCL model; the overlap scheduler is priced with the caller's costs (`problem_prices`). These are private
+torch functions: on a torch without them, or where they fail on a graph, there is no answer and the reason
+says why; the search goes on with its own plans.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import heapq
+from collections import defaultdict
+from unittest import mock
+
+import torch
 import torch.fx as fx
 
+from solvercast.graph.collectives import collective_kind_and_group
+from solvercast.graph.fxmeta import node_val, val_bytes
 from solvercast.rewrites.bucketing import BucketGraph, BucketPlan
 
-__all__ = ["pytorch_bucket_plan"]
+__all__ = ["pytorch_bucket_plan", "pytorch_overlap", "problem_prices", "reordered"]
 
 
 def pytorch_bucket_plan(gm: fx.GraphModule, graph: BucketGraph) -> tuple[BucketPlan | None, str]:
@@ -61,11 +71,6 @@ def problem_prices(problem, gm: fx.GraphModule):
     caller's costs): a task's node its duration, any other node 0; a collective sized as a bucket of
     ``override_bytes`` (its input plus output bytes) its own duration plus the bytes it adds at the slope of
     a line fitted to the problem's collectives of its kind and group size (their fixed cost is paid once)."""
-    from collections import defaultdict
-
-    from solvercast.graph.collectives import collective_kind_and_group
-    from solvercast.graph.fxmeta import node_val, val_bytes
-
     ms = {t.name: t.duration / 1e6 for t in problem.tasks}
     points: dict[tuple, list[tuple[int, float]]] = defaultdict(list)
     info: dict[str, tuple[tuple, int]] = {}
@@ -76,7 +81,7 @@ def problem_prices(problem, gm: fx.GraphModule):
             kind, group_size, _ = collective_kind_and_group(node)
         except ValueError:  # not a collective
             continue
-        wire = val_bytes(node_val(node.args[0])) + val_bytes(node_val(node))
+        wire = val_bytes(fx.node.map_arg(node.args[0], node_val)) + val_bytes(node_val(node))  # (a coalesced op: lists)
         info[node.name] = ((kind, group_size), wire)
         points[(kind, group_size)].append((wire, ms[node.name]))
     slope = {}
@@ -102,12 +107,6 @@ def pytorch_overlap(gm: fx.GraphModule, price_ms, graph: BucketGraph):
     node priced by ``price_ms(node, override_bytes)`` (milliseconds): (its buckets as a `BucketPlan` of
     ``graph``'s sites, its order as ``gm``'s node names), or (None, why). Only the grouping and the order are
     read, never torch's written graph."""
-    import contextlib
-    import copy
-    import heapq
-    from unittest import mock
-
-    import torch
     try:
         from torch._inductor.fx_passes import bucketing as torch_bucketing
         from torch._inductor.fx_passes import node_runtime_estimation as nre
@@ -126,9 +125,9 @@ def pytorch_overlap(gm: fx.GraphModule, price_ms, graph: BucketGraph):
                 members[n.args[0].name], wait_of[n.args[0].name] = names, n.name
         return new_nodes, replacements
 
-    work = copy.deepcopy(gm)
     initialized = torch.distributed.is_available() and torch.distributed.is_initialized()
     try:
+        work = copy.deepcopy(gm)  # (a graph holding a process group object may not copy)
         with contextlib.ExitStack() as stack:
             stack.enter_context(mock.patch.object(torch_bucketing, "process_collective_bucket", recorded))
             stack.enter_context(mock.patch.object(ovs, "estimate_roofline_runtime_ms", lambda n: price_ms(n, None)))
@@ -182,13 +181,11 @@ def pytorch_overlap(gm: fx.GraphModule, price_ms, graph: BucketGraph):
 
 def reordered(gm: fx.GraphModule, order: list[str]) -> fx.GraphModule:
     """A copy of ``gm`` with its nodes in ``order`` (every node's name once, inputs first)."""
-    import torch.fx as fx_
-
     by_name = {n.name: n for n in gm.graph.nodes}
-    graph = fx_.Graph()
+    graph = fx.Graph()
     env: dict = {}
     for name in order:
         env[by_name[name]] = graph.node_copy(by_name[name], lambda n: env[n])
-    out = fx_.GraphModule(gm, graph)
+    out = fx.GraphModule(gm, graph)
     out.meta.update(getattr(gm, "meta", {}))
     return out

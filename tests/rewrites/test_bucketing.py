@@ -206,6 +206,44 @@ def test_bitwise_options_take_no_reduction():
     assert {s.kind for s in graph.sites} == {"all_gather"}
 
 
+# ---- where a bucket is written ------------------------------------------------------------------------
+def _gradients_beside_a_chain(layers: int = 3, ranks: int = 4):
+    """A backward's shape: each layer's gradient reduce-scattered, then an unrelated op, then the next layer."""
+    group = fake_group(ranks, tag=f"bkside{ranks}")
+
+    def step(g, side, *ws):
+        out = []
+        for w in ws:
+            out.append(C10D.wait_tensor(C10D.reduce_scatter_tensor(g.t() @ g, "sum", ranks, group)))
+            side = torch.sin(side)
+            g = torch.relu(g @ w)
+        return out, side
+
+    return make_fx(step, tracing_mode="fake")(torch.empty(16, 16), torch.empty(8), *[torch.empty(16, 16)] * layers)
+
+
+def test_a_bucket_launches_once_its_inputs_are_written_and_moves_no_compute_up():
+    """A reduce_scatter bucket of every layer's gradient launches where its last member was: no node of the
+    original order is moved before it (launched at its first member's place it pulled every later gradient's
+    compute up past the unrelated ops), and it is waited on after it, where its last member was waited on."""
+    gm = _gradients_beside_a_chain()
+    graph = BucketGraph(gm)
+    plan = graph.greedy({"reduce_scatter": 1 << 30})
+    assert len(plan.buckets) == 1 and len(plan.buckets[0]) == 3
+    written = [n.name for n in apply_buckets(gm, plan, graph).graph.nodes]
+    original = [n.name for n in gm.graph.nodes]
+    kept = [name for name in written if name in original]
+    assert kept == [name for name in original if name in kept]  # every node in its original order
+    launch = written.index(next(n for n in written if n.startswith("bucket_reduce_scatter") and "_in" not in n
+                                and "rows" not in n and "flat" not in n))
+    last = plan.buckets[0][-1]
+    last_input = next(n for n in gm.graph.nodes if n.name == last).args[0].name
+    assert written.index(last_input) < launch
+    assert all(written.index(name) < launch for name in original[:original.index(last)] if name in written)
+    wait = written.index(next(n for n in written if n.startswith("bucket_reduce_scatter_wait")))
+    assert launch < wait
+
+
 # ---- cost of a merged launch ------------------------------------------------------------------------
 def test_a_bucket_costs_one_launch_of_the_summed_bytes_plus_its_copies():
     gm = _fsdp_chain(layers=4)
