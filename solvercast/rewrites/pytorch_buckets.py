@@ -125,7 +125,6 @@ def pytorch_overlap(gm: fx.GraphModule, price_ms, graph: BucketGraph):
                 members[n.args[0].name], wait_of[n.args[0].name] = names, n.name
         return new_nodes, replacements
 
-    initialized = torch.distributed.is_available() and torch.distributed.is_initialized()
     try:
         work = copy.deepcopy(gm)  # (a graph holding a process group object may not copy)
         with contextlib.ExitStack() as stack:
@@ -133,10 +132,12 @@ def pytorch_overlap(gm: fx.GraphModule, price_ms, graph: BucketGraph):
             stack.enter_context(mock.patch.object(ovs, "estimate_roofline_runtime_ms", lambda n: price_ms(n, None)))
             for fn in ("_log_collective_benchmarks", "_log_compute_estimations"):  # logging: they need a real group
                 stack.enter_context(mock.patch.object(nre, fn, lambda *a, **k: None))
-            if not initialized:  # its analytical path reads the world size and traces a merge with a rank index,
-                # neither of which the graph's order or buckets depend on (torch's written graph is not kept)
-                stack.enter_context(mock.patch.object(torch.distributed, "get_world_size", lambda *a, **k: 1))
-                stack.enter_context(mock.patch.object(torch.distributed, "get_rank", lambda *a, **k: 0))
+            # its analytical path reads the world size and traces a merge with a rank index, neither of which the
+            # graph's order or buckets depend on (torch's written graph is not kept): a group this process has
+            # not joined (a traced graph's, or no process group at all) reads as world size 1, rank 0
+            for fn, alone in (("get_world_size", 1), ("get_rank", 0)):
+                stack.enter_context(mock.patch.object(torch.distributed, fn, _or_alone(getattr(torch.distributed, fn),
+                                                                                       alone)))
             out = ovs.schedule_overlap_bucketing(
                 work, collective_bucketing=True, insert_overlap_deps=False, custom_runtime_estimation=price_ms,
                 collective_estimator="analytical", compute_estimator="analytical", enable_fusion_regions=False,
@@ -177,6 +178,18 @@ def pytorch_overlap(gm: fx.GraphModule, price_ms, graph: BucketGraph):
                if len(names) >= 2 and all(name in graph.position for name in names)]
     plan = BucketPlan(tuple(sorted(buckets, key=lambda b: graph.position[b[0]])))
     return (plan, order), ""
+
+
+def _or_alone(fn, alone: int):
+    """``fn`` (a `torch.distributed` query), or ``alone`` where this process has no such group."""
+    def query(*args, **kwargs):
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return alone
+        try:
+            return fn(*args, **kwargs)
+        except (ValueError, RuntimeError):  # a group this process is not in
+            return alone
+    return query
 
 
 def reordered(gm: fx.GraphModule, order: list[str]) -> fx.GraphModule:

@@ -153,3 +153,18 @@ def test_prices_read_a_coalesced_collective_s_list_of_inputs():
     duration = {t.name: t.duration for t in problem.tasks}[node.name] / 1e6
     assert price(node) == pytest.approx(duration)
     assert price(node, 2 * (64 + 32) * 16 * 4) == pytest.approx(duration)  # its own size: its own price
+
+
+def test_the_overlap_answer_holds_in_a_process_whose_world_is_not_the_graph_s(monkeypatch):
+    """A process that joined another world (a test run that built a model on a fake world of its own): the
+    graph's groups are none of its, yet torch's scheduler still answers."""
+    def unregistered(*args, **kwargs):
+        raise ValueError("Group is not registered, please create group with torch.distributed.new_group API")
+
+    gm = build("fsdp_layers", world_size=RANKS, layers=2)
+    extracted, graph = _graph(gm)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", unregistered)
+    monkeypatch.setattr(torch.distributed, "get_rank", unregistered)
+    got, why = pytorch_overlap(gm, problem_prices(extracted.problem, gm), graph)
+    assert got is not None and got[0].buckets, why
