@@ -352,6 +352,7 @@ class _Writer:
         self.launched: dict[int, fx.Node] = {}
         self.modes: dict[int, FakeTensorMode] = {}  # each bucket's fake mode, from its launch to its wait
         self.mode = None  # the fake mode the bucket being written makes its values in
+        self.bucket_needs: dict[tuple[str, int], list[fx.Node]] = {}  # (launch or wait, bucket) -> `_needs`
 
     def _bucket_mode(self, i: int) -> FakeTensorMode:
         """The fake mode of bucket ``i``'s members' inputs (one: it is part of their key), else a new one
@@ -407,14 +408,19 @@ class _Writer:
         """What must be written before ``node``: its inputs and what the graph orders before it; for a bucket's
         launch, what every member's launch needs, for its wait, what every member's wait needs."""
         i = self.bucket_of.get(node.name)
+        key = ("launch", i)
         if i is None:
             i = self.wait_bucket.get(node.name)
             if i is None:
                 return self.order_needs[node]
-            together = [self.by_name[self.sites[name].wait] for name in self.buckets[i]]
-        else:
-            together = [self.by_name[name] for name in self.buckets[i]]
-        return [inp for member in together for inp in self.order_needs[member] if inp not in together]
+            key = ("wait", i)
+        if key not in self.bucket_needs:  # (asked at every member's place: a bucket of hundreds is read once)
+            names = self.buckets[i] if key[0] == "launch" else [self.sites[name].wait for name in self.buckets[i]]
+            together = [self.by_name[name] for name in names]
+            inside = set(together)
+            self.bucket_needs[key] = list(dict.fromkeys(
+                inp for member in together for inp in self.order_needs[member] if inp not in inside))
+        return self.bucket_needs[key]
 
     def _place(self, node: fx.Node) -> None:
         i = self.bucket_of.get(node.name)
