@@ -380,6 +380,10 @@ class SolvercastPass:
         new_output.meta = dict(old_output.meta)
         root = graph.owning_module if graph.owning_module is not None else torch.nn.Module()
 
+        # inside Inductor its passes are loaded on every rank: PyTorch's bucket answers cost no load here
+        tuning = options.get("tuning") or DEFAULT_TUNING
+        options["tuning"] = dataclasses.replace(
+            tuning, time_plan=dataclasses.replace(tuning.time_plan, bucket_pytorch_seconds=0.0))
         wrapper = graph_module(root, copy_graph)
         result = optimize(wrapper, **options)
         self.last_result = result

@@ -208,3 +208,24 @@ def test_decomposition_chosen_inside_torch_compile_keeps_the_values():
     assert res.decomposition is not None and res.decomposition.plan.degrees, res.report.decomposition
     assert res.report.optimized_makespan < res.report.baseline_makespan
     torch.testing.assert_close(out, expected)
+
+
+def test_inside_inductor_pytorch_s_bucket_answers_cost_no_load(monkeypatch):
+    """Inductor's passes are loaded wherever its post-grad hook runs (on every rank): the time plan counts no
+    load for PyTorch's bucket answers there, and keeps the caller's other tuning."""
+    import dataclasses
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from solvercast.pipeline import api
+    from solvercast.pipeline.tuning import DEFAULT_TUNING
+
+    seen = []
+    real = api.optimize
+    mine = dataclasses.replace(DEFAULT_TUNING, time_plan=dataclasses.replace(DEFAULT_TUNING.time_plan, bucket_share=0.5))
+    pass_ = SolvercastPass(time_limit=1, tuning=mine)
+    monkeypatch.setattr(api, "optimize", lambda gm, **options: seen.append(options["tuning"]) or real(gm, **options))
+    pass_(make_fx(step, tracing_mode="fake")(*inputs()).graph)
+    assert DEFAULT_TUNING.time_plan.bucket_pytorch_seconds > 0
+    (tuning,) = seen
+    assert tuning.time_plan == dataclasses.replace(mine.time_plan, bucket_pytorch_seconds=0.0)
