@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch.fx as fx
 
@@ -40,6 +40,9 @@ from solvercast.rewrites.bucketing import (BITWISE_KINDS, BUCKET_MEMBERS, Bucket
 from solvercast.rewrites.bucket_problem import BucketPricer, merged_problem
 from solvercast.rewrites.pytorch_buckets import problem_prices, pytorch_bucket_plan, pytorch_overlap, reordered
 
+#: how the plan lines of PyTorch's answers begin
+PYTORCH = "PyTorch's "
+
 #: each kind's caps, as multiples of its median collective's input bytes (1: no merge)
 CAP_MULTIPLES = (2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -50,10 +53,19 @@ class BucketChoice(RewriteChoice):
     are of."""
 
     graph: BucketGraph | None = None
+    pytorch: list[str] = field(default_factory=list)  # why PyTorch's answers were not judged, where they were not
 
     @property
     def rewritten(self) -> bool:
         return bool(self.plan.buckets)
+
+    def pytorch_line(self) -> str:
+        """What became of PyTorch's answers: each one's step, or why it has none ("" where none was asked for)."""
+        judged = [f"{line.split(':')[0].removeprefix(PYTORCH)} "
+                  f"{'over the budget' if step is None else f'{step / 1e3:,.1f} us'}"
+                  for line, step in self.tried if line.startswith(PYTORCH)]
+        said = judged + self.pytorch
+        return "; PyTorch's answers: " + ", ".join(said) if said else ""
 
     def launch_members(self) -> dict[str, tuple[str, ...]]:
         """Each bucket's launch (its node's name in the bucketed graph) -> the collectives it launches."""
@@ -65,14 +77,14 @@ class BucketChoice(RewriteChoice):
         if not self.plan.buckets:
             if self.skipped:
                 return f"no buckets: {self.skipped}"
-            return f"no buckets: none of {len(self.tried)} plans tried shortened the step" if self.tried \
-                else "no buckets: no two collectives may share a launch"
+            return (f"no buckets: none of {len(self.tried)} plans tried shortened the step" if self.tried
+                    else "no buckets: no two collectives may share a launch") + self.pytorch_line()
         kinds = {sites[b[0]].kind for b in self.plan.buckets}
         bitwise = all(k in BITWISE_KINDS for k in kinds)
         return (f"{self.plan.describe(sites)} ({len(self.tried)} plans tried{self.gain()}); "
                 + ("bitwise identical results" if bitwise else
                    "reduce_scatter/all_reduce buckets may sum in another order (not bitwise; "
-                   "BucketOptions(bitwise=True) forbids them)"))
+                   "BucketOptions(bitwise=True) forbids them)") + self.pytorch_line())
 
 
 def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: int | None, options: BucketOptions,
@@ -223,19 +235,22 @@ class _BucketSearch:
         cost = fixed_work + pass_work + 2 * (judge.extract_work_per_task * tasks + (judge.plan_work or 0.0))
         if time.perf_counter() > self.deadline or (self.work_limit is not None and
                                                    judge.spent + cost > self.work_limit):
-            self.say(f"buckets: PyTorch's answers not tried: they cost about {cost / work_per_second:.1f} s "
-                     "here, more than the search's share of the time limit left")
+            why = f"not tried (about {cost / work_per_second:.1f} s, more than the search's share left)"
+            self.best.pytorch.append(why)
+            self.say(f"buckets: PyTorch's answers {why}")
             return
         seconds = (fixed_work + pass_work) / work_per_second
         self.say(f"buckets: running PyTorch's overlap scheduler (about {seconds:.1f} s, loading it included)")
         judge.spent += fixed_work + pass_work
         got, why = pytorch_overlap(self.gm, problem_prices(self.unbucketed.problem, self.gm), self.graph)
         if got is None:
+            self.best.pytorch.append(why)
             self.say(f"buckets: {why}")
         else:
             self._trial_overlap(*got)
         plan, why = pytorch_bucket_plan(self.gm, self.graph)
         if plan is None:
+            self.best.pytorch.append(why)
             self.say(f"buckets: {why}")
         elif not self.spent():
             self.trial(plan, "PyTorch's FSDP buckets: ")

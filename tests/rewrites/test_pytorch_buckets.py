@@ -168,3 +168,17 @@ def test_the_overlap_answer_holds_in_a_process_whose_world_is_not_the_graph_s(mo
     monkeypatch.setattr(torch.distributed, "get_rank", unregistered)
     got, why = pytorch_overlap(gm, problem_prices(extracted.problem, gm), graph)
     assert got is not None and got[0].buckets, why
+
+
+def test_the_report_says_what_became_of_pytorch_s_answers():
+    """Judged: each one's step in the buckets line; not paid for: why."""
+    gm = build("fsdp_layers", world_size=RANKS, layers=2)
+    extracted, _ = _graph(gm)
+    args = (gm, extracted, extract_for_optimize, None, BucketOptions())
+    judged = choose_buckets(*args, work_limit=None, extract_work_per_task=0.0, say=lambda _: None,
+                            pytorch_work_per_task=0.0)
+    steps = [step for line, step in judged.tried if line.startswith("PyTorch's overlap")]
+    assert f"PyTorch's answers: overlap scheduler's order and buckets {steps[0] / 1e3:,.1f} us" in judged.summary()
+    skipped = choose_buckets(*args, work_limit=1e6, extract_work_per_task=0.0, say=lambda _: None,
+                             pytorch_work_per_task=0.0, pytorch_work=2e6)
+    assert "PyTorch's answers: not tried (about" in skipped.summary()
