@@ -87,6 +87,12 @@ class BucketChoice(RewriteChoice):
                    "BucketOptions(bitwise=True) forbids them)") + self.pytorch_line())
 
 
+def order_edges(problem: Problem) -> list[tuple[str, str]]:
+    """``problem``'s edges as (earlier, later) task-name pairs: the orders a `BucketGraph` of its graph keeps."""
+    names = [t.name for t in problem.tasks]
+    return [(names[a], names[b]) for a, b in problem.edges]
+
+
 def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: int | None, options: BucketOptions,
                    work_limit: float | None, extract_work_per_task: float, say: Callable[[str], None],
                    deadline: float = float("inf"), plan_work: float | None = None,
@@ -110,8 +116,7 @@ def choose_buckets(gm: fx.GraphModule, unbucketed, extract: Callable, budget: in
     pays for loading torch's passes (``pytorch_work``) and the overlap pass at ``pytorch_work_per_task`` a
     node (None: never run)."""
     started = time.perf_counter()
-    names = [t.name for t in unbucketed.problem.tasks]
-    graph = BucketGraph(gm, options, order_edges=[(names[a], names[b]) for a, b in unbucketed.problem.edges])
+    graph = BucketGraph(gm, options, order_edges=order_edges(unbucketed.problem))
     kinds = _mergeable_kinds(graph)
     if not kinds:  # nothing may merge: no plan, and no heuristic run to compare it with
         return BucketChoice(BucketPlan(), gm, unbucketed, None, None, seconds=time.perf_counter() - started,
@@ -253,21 +258,20 @@ class _BucketSearch:
             self.best.pytorch.append(why)
             self.say(f"buckets: {why}")
         elif not self.spent():
-            self.trial(plan, "PyTorch's FSDP buckets: ")
+            self.trial(plan, f"{PYTORCH}FSDP buckets: ")
 
     def _trial_overlap(self, plan: BucketPlan, order: list[str]) -> None:
         """The overlap scheduler's ``plan`` written on ``gm`` in its ``order``, judged."""
         base = reordered(self.gm, order)
-        names = [t.name for t in self.unbucketed.problem.tasks]  # (the same nodes: the same orders to keep)
-        graph = BucketGraph(base, self.graph.options, order_edges=[(names[a], names[b])
-                                                                  for a, b in self.unbucketed.problem.edges])
+        # (the same nodes: the same orders to keep)
+        graph = BucketGraph(base, self.graph.options, order_edges=order_edges(self.unbucketed.problem))
         why = ""
         try:
             plan = graph.without_cycles(plan)
             bucketed = apply_buckets(base, plan, graph)
         except SolvercastError as e:
             bucketed, why = None, str(e)
-        self.trial_written(bucketed, plan, "PyTorch's overlap scheduler's order and buckets: ", why)
+        self.trial_written(bucketed, plan, f"{PYTORCH}overlap scheduler's order and buckets: ", why)
 
     def trial_written(self, bucketed: fx.GraphModule | None, plan: BucketPlan, what: str, why: str = "") -> None:
         """`trial` of a graph already written (None: rejected, ``why``)."""

@@ -407,15 +407,15 @@ class _Writer:
     def _needs(self, node: fx.Node) -> list[fx.Node]:
         """What must be written before ``node``: its inputs and what the graph orders before it; for a bucket's
         launch, what every member's launch needs, for its wait, what every member's wait needs."""
-        i = self.bucket_of.get(node.name)
-        key = ("launch", i)
-        if i is None:
-            i = self.wait_bucket.get(node.name)
-            if i is None:
-                return self.order_needs[node]
-            key = ("wait", i)
+        if node.name in self.bucket_of:
+            key = ("launch", self.bucket_of[node.name])
+        elif node.name in self.wait_bucket:
+            key = ("wait", self.wait_bucket[node.name])
+        else:
+            return self.order_needs[node]
         if key not in self.bucket_needs:  # (asked at every member's place: a bucket of hundreds is read once)
-            names = self.buckets[i] if key[0] == "launch" else [self.sites[name].wait for name in self.buckets[i]]
+            members = self.buckets[key[1]]
+            names = members if key[0] == "launch" else [self.sites[name].wait for name in members]
             together = [self.by_name[name] for name in names]
             inside = set(together)
             self.bucket_needs[key] = list(dict.fromkeys(

@@ -9,7 +9,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from solvercast.graph.local_run import random_inputs, run_ranks
 from solvercast.models import build, fake_group
-from solvercast.pipeline.buckets import choose_buckets
+from solvercast.pipeline.buckets import choose_buckets, order_edges
 from solvercast.pipeline.extracted import extract_for_optimize
 from solvercast.rewrites.bucketing import BucketGraph, BucketOptions, apply_buckets
 from solvercast.rewrites.pytorch_buckets import problem_prices, pytorch_bucket_plan, pytorch_overlap, reordered
@@ -22,8 +22,7 @@ MODELS = [("fsdp_layers", dict(layers=3)), ("simple_fsdp", dict(layers=2, batch=
 
 def _graph(gm):
     extracted = extract_for_optimize(gm)
-    names = [t.name for t in extracted.problem.tasks]
-    return extracted, BucketGraph(gm, order_edges=[(names[a], names[b]) for a, b in extracted.problem.edges])
+    return extracted, BucketGraph(gm, order_edges=order_edges(extracted.problem))
 
 
 def _same_on_every_rank(gm, other) -> None:
